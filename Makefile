@@ -1,0 +1,33 @@
+# The two commands of the README: `make test` and `make demo`. Both create or reuse .venv.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export OMP_NUM_THREADS := 1
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test demo lint bench clean
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+test: install
+	$(BIN)/python -m pytest -q -x --timeout 900 tests
+
+lint: install
+	$(BIN)/ruff check .
+
+demo: install
+	$(BIN)/medgrpo demo --out runs/demo
+
+bench: install
+	$(BIN)/python eval/bench.py
+
+clean:
+	rm -rf runs build *.egg-info

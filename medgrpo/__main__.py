@@ -1,0 +1,5 @@
+import sys
+
+from medgrpo.cli import main
+
+sys.exit(main())
