@@ -1,0 +1,1 @@
+"""Training: stage 1 (SFT cognitive injection) and stage 2 (Con-GRPO), with their configs."""

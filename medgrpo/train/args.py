@@ -1,0 +1,91 @@
+"""Dataclasses shared by both training stages, parsed by TRL's ``TrlParser`` next to ``SFTConfig``/``ConGRPOConfig``.
+
+A recipe YAML sets fields of all three dataclasses at once; CLI flags override the YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl import ModelConfig
+
+from medgrpo.data.preprocess import ImageSettings
+from medgrpo.prompts import SYSTEM_PROMPT
+
+
+@dataclass
+class DataArguments:
+    """Where the data comes from and how its images are prepared.
+
+    Parameters:
+        dataset_path (`str`):
+            A MedAD dataset folder (``train.jsonl``/``test.jsonl`` + ``images/``) or one JSONL file. Build one with
+            ``medgrpo synth``, ``medgrpo data convert`` or ``medgrpo data build``.
+        train_split (`str`, defaults to `"train"`):
+            The ``<split>.jsonl`` to train on.
+        max_train_samples (`int` or `None`, defaults to `None`):
+            Keep only the first N records (quick experiments); None keeps all.
+        on_bad_record (`str`, defaults to `"error"`):
+            ``error`` stops before training on the first bad row, naming it; ``skip`` drops bad rows (invalid fields,
+            unreadable images) and reports their count and ids.
+        system_prompt (`str` or `None`, defaults to `None`):
+            Replaces medgrpo's default system prompt (:data:`medgrpo.prompts.SYSTEM_PROMPT`); an empty string drops
+            the system turn.
+        min_pixels (`int` or `None`, defaults to `None`):
+            Lower pixel limit of the image processor; None keeps the processor's own. The same limits drive the
+            resize in :func:`medgrpo.data.preprocess.prepare_images`, so trainer, vLLM and evaluator agree.
+        max_pixels (`int` or `None`, defaults to `None`):
+            Upper pixel limit of the image processor (the main memory knob for real models); None keeps the
+            processor's own.
+        dicom_window (`str`, defaults to `"auto"`):
+            DICOM windowing: ``auto`` uses the file's own VOI LUT / window, or percentile windowing when it has none;
+            a CT preset (``lung``, ``mediastinum``, ``soft_tissue``, ``bone``, ``brain``) or ``"center,width"``
+            applies to every DICOM of the dataset.
+        image_cache_dir (`str` or `None`, defaults to `None`):
+            Cache of decoded and resized images (keyed by file and preprocessing settings) so DICOMs are decoded
+            once across epochs and runs; None disables it.
+    """
+
+    dataset_path: str = field(default="data/medad-synth", metadata={"help": "MedAD dataset folder or JSONL file."})
+    train_split: str = field(default="train", metadata={"help": "Split (<split>.jsonl) to train on."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N records."})
+    on_bad_record: str = field(
+        default="error", metadata={"help": "error: stop on a bad row; skip: drop, count and report it."}
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "Override the default system prompt."})
+    min_pixels: int | None = field(default=None, metadata={"help": "Image processor lower pixel limit."})
+    max_pixels: int | None = field(default=None, metadata={"help": "Image processor upper pixel limit."})
+    dicom_window: str = field(default="auto", metadata={"help": "DICOM window: auto, a CT preset or 'c,w'."})
+    image_cache_dir: str | None = field(default=None, metadata={"help": "Cache dir for decoded+resized images."})
+
+    def __post_init__(self) -> None:
+        if self.on_bad_record not in ("error", "skip"):
+            raise ValueError(f"on_bad_record must be 'error' or 'skip', not '{self.on_bad_record}'")
+        self.image_settings()  # a bad window name fails here, before any model loads
+
+    @property
+    def root(self) -> Path:
+        """The folder image paths are relative to."""
+        path = Path(self.dataset_path)
+        return path if path.is_dir() else path.parent
+
+    def image_settings(self) -> ImageSettings:
+        return ImageSettings(window=self.dicom_window, cache_dir=self.image_cache_dir)
+
+    def system_prompt_text(self) -> str | None:
+        """The system turn: medgrpo's default, the recipe's text, or none for an empty string."""
+        return SYSTEM_PROMPT if self.system_prompt is None else (self.system_prompt or None)
+
+
+@dataclass
+class MedModelConfig(ModelConfig):
+    """TRL's ``ModelConfig`` (model path, dtype, LoRA fields, ``trust_remote_code``) plus medgrpo's model options.
+
+    Parameters:
+        freeze_vision_tower (`bool`, defaults to `False`):
+            Keep the vision encoder (and its merger) frozen. Peers freeze it for small data to avoid forgetting
+            visual features; the tiny CPU models train it because they start from random weights.
+    """
+
+    freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
