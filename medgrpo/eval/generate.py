@@ -1,0 +1,234 @@
+"""Batched generation for evaluation: transformers (default) or vLLM, over the exact inputs training sees.
+
+Prompts come from :func:`medgrpo.prompts.build_prompt` and images from
+:func:`medgrpo.data.preprocess.prepare_images` (already resized to the processor's grid); the messages are
+turned into multimodal turns by TRL's own ``prepare_multimodal_messages``, so the token sequence matches what
+``GRPOTrainer`` builds during training. Generation is greedy by default; sampling draws ``k`` completions per
+prompt for pass@k and self-consistency. Batches are left-padded, and the image token is suppressed as TRL does
+(a sampled ``<|image_pad|>`` would break the forward pass).
+
+Option-letter probabilities (for anomaly-detection AUROC and calibration) come from one forward pass over the
+prompt, the model's own reasoning and ``<answer>``: the next-token distribution restricted to the option letters.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from medgrpo.data.boxes import ImageGrid
+from medgrpo.prompts import ANSWER_OPEN
+
+
+class ModelLoadError(ValueError):
+    """The model folder cannot be evaluated as it is (one line saying what is missing)."""
+
+
+@dataclass
+class Prompt:
+    """One generation request: conversational messages (plain-string contents) and the images of the record."""
+
+    messages: list[dict[str, Any]]
+    images: list[Any]
+
+
+@dataclass
+class Completion:
+    text: str
+    n_tokens: int
+
+
+class Generator(Protocol):
+    grid: ImageGrid
+
+    def generate(self, batch: list[Prompt], num_samples: int = 1, sample: bool = False, seed: int = 0,
+                 max_new_tokens: int = 256, temperature: float = 1.0,
+                 top_p: float = 1.0) -> list[list[Completion]]: ...
+
+    def letter_probs(self, batch: list[Prompt], prefixes: list[str],
+                     letters: list[str]) -> list[dict[str, float]]: ...
+
+
+_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
+def check_model_dir(model_path: str | Path) -> Path:
+    """Fail early, in one line, on a folder that is not a full Qwen-VL checkpoint with its processor."""
+    path = Path(model_path)
+    if not path.is_dir():
+        raise ModelLoadError(f"{path}: no such model folder")
+    if not (path / "config.json").is_file():
+        if (path / "adapter_config.json").is_file():
+            raise ModelLoadError(f"{path}: holds a LoRA adapter only; merge it first (medgrpo export --model {path})")
+        raise ModelLoadError(f"{path}: no config.json; not a saved model folder")
+    if not any((path / f).is_file() for f in _PROCESSOR_FILES):
+        raise ModelLoadError(
+            f"{path}: no processor (preprocessor_config.json); save it beside the weights with "
+            "processor.save_pretrained(...) so evaluation sees the training pixel limits"
+        )
+    return path
+
+
+def _seed_for(batch: list[Prompt], seed: int) -> int:
+    """A seed per batch from its content, so a resumed run samples the same completions as an unbroken one."""
+    return (seed * 1_000_003 + zlib.crc32(repr([p.messages for p in batch]).encode())) % (2**31)
+
+
+def prefix_for_letters(completion: str) -> str:
+    """The completion up to and including ``<answer>`` (``<answer>`` appended when the model never wrote it)."""
+    head, found, _ = completion.partition(ANSWER_OPEN)
+    return head + ANSWER_OPEN if found else completion.rstrip() + "\n" + ANSWER_OPEN
+
+
+class TransformersGenerator:
+    """Batched ``model.generate`` with left padding on one device."""
+
+    def __init__(self, model_path: str | Path, device: str | None = None, dtype: str | None = None):
+        import torch
+        from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+        path = check_model_dir(model_path)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        config = AutoConfig.from_pretrained(path)
+        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
+        self.processor = AutoProcessor.from_pretrained(path)
+        self.processor.tokenizer.padding_side = "left"
+        self.grid = ImageGrid.from_processor(self.processor, config.model_type)
+        self.model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype).to(self.device).eval()
+        tok = self.processor.tokenizer
+        self._stop_ids = {i for i in (tok.eos_token_id, tok.pad_token_id) if i is not None}
+        eos = self.model.generation_config.eos_token_id
+        self._stop_ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        image_token = getattr(self.model.config, "image_token_id", None)
+        self._suppress = [image_token] if image_token is not None else None
+
+    def _encode(self, batch: list[Prompt], suffixes: list[str] | None = None):
+        from trl.data_utils import prepare_multimodal_messages
+
+        texts = []
+        for i, p in enumerate(batch):
+            conversation = prepare_multimodal_messages(p.messages, p.images)
+            text = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+            texts.append(text + (suffixes[i] if suffixes else ""))
+        images = [im for p in batch for im in p.images] or None
+        inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
+        return inputs.to(self.device)
+
+    def _n_tokens(self, ids: list[int]) -> int:
+        for i, t in enumerate(ids):
+            if t in self._stop_ids:
+                return i + 1  # the stop token is part of what the model wrote
+        return len(ids)
+
+    def generate(self, batch: list[Prompt], num_samples: int = 1, sample: bool = False, seed: int = 0,
+                 max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0) -> list[list[Completion]]:
+        """``num_samples`` completions per prompt (greedy when ``sample`` is False; then ``num_samples`` is 1)."""
+        import torch
+
+        inputs = self._encode(batch)
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "suppress_tokens": self._suppress,
+                                  "pad_token_id": self.processor.tokenizer.pad_token_id}
+        if sample:
+            torch.manual_seed(_seed_for(batch, seed))
+            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                          num_return_sequences=num_samples)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with torch.inference_mode():
+            out = self.model.generate(**inputs, **kwargs)
+        new = out[:, inputs["input_ids"].shape[1]:].tolist()
+        texts = self.processor.batch_decode(new, skip_special_tokens=True)
+        per = num_samples if sample else 1
+        comps = [Completion(t.strip(), self._n_tokens(ids)) for t, ids in zip(texts, new, strict=True)]
+        return [comps[i * per:(i + 1) * per] for i in range(len(batch))]
+
+    def letter_probs(self, batch: list[Prompt], prefixes: list[str], letters: list[str]) -> list[dict[str, float]]:
+        """P(letter) after each prefix, renormalised over that prompt's option ``letters`` (e.g. ``"ABCD"``)."""
+        import torch
+
+        inputs = self._encode(batch, prefixes)
+        with torch.inference_mode():
+            logits = self.model(**inputs).logits[:, -1, :].float()  # left padding: the last column is real
+        logp = torch.log_softmax(logits, dim=-1)
+        out = []
+        for row, opts in zip(logp, letters, strict=True):
+            ids = [self.processor.tokenizer.encode(L, add_special_tokens=False)[0] for L in opts]
+            p = torch.softmax(row[ids], dim=-1).tolist()
+            out.append(dict(zip(opts, p, strict=True)))
+        return out
+
+
+class VLLMGenerator:
+    """vLLM's offline ``LLM`` engine with the training processor's pixel limits (``pip install medgrpo[vllm]``).
+
+    Images arrive already resized to the grid; the same min/max pixels are passed to vLLM's processor so that it
+    cannot resize them again differently (the image-token mismatch peers' users report).
+    """
+
+    def __init__(self, model_path: str | Path, max_images: int = 1, **llm_kwargs: Any):
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise ModelLoadError("backend 'vllm' needs vLLM: pip install 'medgrpo[vllm]'") from None
+        from transformers import AutoConfig, AutoProcessor
+
+        path = check_model_dir(model_path)
+        self.processor = AutoProcessor.from_pretrained(path)
+        self.grid = ImageGrid.from_processor(self.processor, AutoConfig.from_pretrained(path).model_type)
+        self.llm = LLM(model=str(path), limit_mm_per_prompt={"image": max_images},
+                       mm_processor_kwargs={"min_pixels": self.grid.min_pixels, "max_pixels": self.grid.max_pixels},
+                       **llm_kwargs)
+
+    def _requests(self, batch: list[Prompt], suffixes: list[str] | None = None) -> list[dict[str, Any]]:
+        from trl.data_utils import prepare_multimodal_messages
+
+        reqs = []
+        for i, p in enumerate(batch):
+            conv = prepare_multimodal_messages(p.messages, p.images)
+            text = self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+            reqs.append({"prompt": text + (suffixes[i] if suffixes else ""),
+                         "multi_modal_data": {"image": p.images}})
+        return reqs
+
+    def generate(self, batch: list[Prompt], num_samples: int = 1, sample: bool = False, seed: int = 0,
+                 max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=num_samples if sample else 1, temperature=temperature if sample else 0.0,
+                                top_p=top_p if sample else 1.0, max_tokens=max_new_tokens,
+                                seed=_seed_for(batch, seed) if sample else None, skip_special_tokens=True)
+        outs = self.llm.generate(self._requests(batch), params, use_tqdm=False)
+        return [[Completion(o.text.strip(), len(o.token_ids)) for o in out.outputs] for out in outs]
+
+    def letter_probs(self, batch: list[Prompt], prefixes: list[str], letters: list[str]) -> list[dict[str, float]]:
+        """Each letter appended to the prefix in turn; its prompt log-probability is the score."""
+        import math
+
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        flat = [(i, L) for i, opts in enumerate(letters) for L in opts]
+        reqs = self._requests([batch[i] for i, _ in flat], [prefixes[i] + L for i, L in flat])
+        outs = self.llm.generate(reqs, params, use_tqdm=False)
+        scores: list[dict[str, float]] = [{} for _ in batch]
+        for (i, L), out in zip(flat, outs, strict=True):
+            last = out.prompt_logprobs[-1] or {}
+            entry = last.get(out.prompt_token_ids[-1])
+            scores[i][L] = entry.logprob if entry is not None else -math.inf
+        probs = []
+        for s in scores:
+            top = max(s.values())
+            z = sum(math.exp(v - top) for v in s.values())
+            probs.append({k: math.exp(v - top) / z for k, v in s.items()})
+        return probs
+
+
+def make_generator(backend: str, model_path: str | Path, **kwargs: Any) -> Generator:
+    """``transformers`` (default) or ``vllm``."""
+    if backend == "transformers":
+        return TransformersGenerator(model_path, **kwargs)
+    if backend == "vllm":
+        return VLLMGenerator(model_path, **kwargs)
+    raise ModelLoadError(f"unknown backend '{backend}' (transformers or vllm)")

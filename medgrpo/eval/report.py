@@ -1,0 +1,202 @@
+"""Human-readable outputs of an evaluation: metrics.json, report.md, PNG plots, and run-to-run comparison.
+
+Plots use matplotlib's Agg backend (no display): per-task accuracy bars with 95% intervals and chance lines,
+a confusion matrix per classification task family, and a reliability diagram for anomaly detection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from medgrpo.eval.aggregate import EVIDENCE_CRITERIA, HEADLINE, row_metrics
+from medgrpo.eval.metrics import paired_delta_ci
+
+_LABELS = {
+    "accuracy": "accuracy", "format_failure_rate": "format failures", "consistency": "consistency",
+    "evidence": "evidence", "grounding_iou": "grounding IoU", "grounding_acc50": "grounding Acc@0.5",
+    "completion_tokens": "completion tokens",
+}
+_TABLE_COLS = ("accuracy", "format_failure_rate", "consistency", "evidence", "grounding_iou", "grounding_acc50",
+               "completion_tokens")
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}"
+
+
+def cell(s: dict[str, Any] | None, scale: bool = True) -> str:
+    """``62.5 [50.0, 75.0]`` (percent) for a STAT cell; ``–`` when it does not apply."""
+    if not s or s.get("value") is None:
+        return "–"
+    if not scale:
+        return f"{s['value']:.1f}"
+    if s.get("ci_low") is None:
+        return _pct(s["value"])
+    return f"{_pct(s['value'])} [{_pct(s['ci_low'])}, {_pct(s['ci_high'])}]"
+
+
+def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
+    head = f"| {title} | n | " + " | ".join(_LABELS[c] for c in _TABLE_COLS) + " |"
+    lines = [head, "|" + "---|" * (len(_TABLE_COLS) + 2)]
+    for name, g in groups.items():
+        cells = [cell(g.get(c), scale=c != "completion_tokens") for c in _TABLE_COLS]
+        lines.append(f"| {name} | {g['n']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_markdown(metrics: dict[str, Any], plots: dict[str, list[str]]) -> str:
+    """report.md: headline with chance, then per task / modality / source, evidence, classification, anomaly."""
+    gen = metrics["generation"]
+    lines = [f"# Evaluation of `{metrics['model']}`", "",
+             f"Suite `{metrics['suite']}`, {metrics['created']}, backend {gen['backend']}, "
+             f"max_new_tokens {gen['max_new_tokens']}, samples {gen['num_samples']}. "
+             "Values in percent with percentile-bootstrap 95% intervals; a completion without a valid answer "
+             "counts as wrong and as a format failure.", ""]
+    for name, ds in metrics["datasets"].items():
+        ov, base = ds["overall"], ds["baselines"]
+        lines += [f"## {name}", "", f"`{ds['path']}` split `{ds['split']}`, {ov['n']} records"
+                  + (f", {ds['skipped_records']} skipped as invalid" if ds["skipped_records"] else "") + ".", "",
+                  "| metric | value [95% CI] |", "|---|---|"]
+        lines += [f"| {_LABELS[m]} | {cell(ov.get(m))} |" for m in HEADLINE]
+        lines += [f"| mean completion tokens | {cell(ov.get('completion_tokens'), scale=False)} |",
+                  f"| chance: random option | {_pct(base['random_option']['accuracy'])} |",
+                  f"| chance: majority answer (fit on {base['majority_answer']['fit_on']}) | "
+                  f"{_pct(base['majority_answer']['accuracy'])} |", ""]
+        for key, title in (("by_task", "task family"), ("by_modality", "modality"), ("by_source", "source")):
+            lines += _group_table(title, ds[key]) + [""]
+        lines += ["| evidence criterion | value [95% CI] |", "|---|---|"]
+        lines += [f"| {c} | {cell(ov.get(f'evidence/{c}'))} |" for c in EVIDENCE_CRITERIA] + [""]
+        if ds["classification"]:
+            lines += ["| task family | macro-F1 | classes |", "|---|---|---|"]
+            lines += [f"| {t} | {_pct(c['macro_f1'])} | {len(c['labels'])} |" for t, c in ds["classification"].items()]
+            lines.append("")
+        an = ds["anomaly"]
+        if an:
+            auroc = "–" if an["auroc"] is None else f"{an['auroc']:.3f}"
+            ece = "–" if an["ece"] is None else f"{an['ece']:.3f}"
+            lines += ["Anomaly detection: sensitivity " + cell(an["sensitivity"]) + ", specificity "
+                      + cell(an["specificity"]) + f", AUROC {auroc}, ECE {ece} "
+                      f"({an['n_scored']} scored from option-letter probabilities).", ""]
+        sm = ds["sampling"]
+        if sm:
+            lines += [f"Sampling (k={sm['k']}): pass@1 {cell(sm['pass@1'])}, pass@{sm['k']} {cell(sm['pass@k'])}, "
+                      f"self-consistency {cell(sm['self_consistency'])}.", ""]
+        lines += [f"![{p}]({p})" for p in plots.get(name, [])] + [""]
+    return "\n".join(lines)
+
+
+def _save(fig: Any, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    os.replace(tmp, path)
+
+
+def write_plots(metrics: dict[str, Any], out: Path) -> dict[str, list[str]]:
+    """Per dataset: per-task bars, confusion matrices, reliability diagram. Returns the file names written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: dict[str, list[str]] = {}
+    for name, ds in metrics["datasets"].items():
+        files = written.setdefault(name, [])
+        tasks = list(ds["by_task"])
+        acc = [ds["by_task"][t]["accuracy"] for t in tasks]
+        if tasks:
+            fig, ax = plt.subplots(figsize=(1.4 * len(tasks) + 2, 3.5))
+            vals = [a["value"] for a in acc]
+            err = [[v - (a["ci_low"] if a["ci_low"] is not None else v) for v, a in zip(vals, acc, strict=True)],
+                   [(a["ci_high"] if a["ci_high"] is not None else v) - v for v, a in zip(vals, acc, strict=True)]]
+            ax.bar(range(len(tasks)), vals, yerr=err, capsize=4, color="#4C72B0")
+            for label, value, style in (("random option", ds["baselines"]["random_option"]["accuracy"], "--"),
+                                        ("majority answer", ds["baselines"]["majority_answer"]["accuracy"], ":")):
+                if value is not None:
+                    ax.axhline(value, color="gray", linestyle=style, label=label)
+            ax.set_xticks(range(len(tasks)), [t.replace("_", "\n") for t in tasks], fontsize=8)
+            ax.set_ylim(0, 1)
+            ax.set_ylabel("accuracy (95% CI)")
+            ax.set_title(f"{name}: accuracy per task family")
+            ax.legend(fontsize=8)
+            files.append(f"per_task_{name}.png")
+            _save(fig, out / files[-1])
+            plt.close(fig)
+        for task, c in ds["classification"].items():
+            n = len(c["labels"])
+            fig, ax = plt.subplots(figsize=(0.6 * n + 3, 0.6 * n + 2.5))
+            ax.imshow(c["confusion"], cmap="Blues")
+            for i, row in enumerate(c["confusion"]):
+                for j, v in enumerate(row):
+                    ax.text(j, i, str(v), ha="center", va="center", fontsize=7)
+            ax.set_xticks(range(n), c["labels"], rotation=60, ha="right", fontsize=7)
+            ax.set_yticks(range(n), c["labels"], fontsize=7)
+            ax.set_xlabel("predicted")
+            ax.set_ylabel("gold")
+            ax.set_title(f"{name}: {task} (macro-F1 {c['macro_f1']:.2f})", fontsize=9)
+            files.append(f"confusion_{name}_{task}.png")
+            _save(fig, out / files[-1])
+            plt.close(fig)
+        an = ds["anomaly"]
+        if an and an["n_scored"]:
+            bins = [b for b in an["reliability"] if b["count"]]
+            fig, ax = plt.subplots(figsize=(4, 4))
+            ax.plot([0, 1], [0, 1], color="gray", linestyle="--", label="perfect calibration")
+            ax.plot([b["mean_prob"] for b in bins], [b["frac_positive"] for b in bins], marker="o",
+                    label=f"model (ECE {an['ece']:.3f})")
+            ax.set_xlabel("predicted P(abnormal)")
+            ax.set_ylabel("fraction abnormal")
+            ax.set_title(f"{name}: anomaly detection reliability", fontsize=9)
+            ax.legend(fontsize=8)
+            files.append(f"reliability_{name}.png")
+            _save(fig, out / files[-1])
+            plt.close(fig)
+    return written
+
+
+def write_report(metrics: dict[str, Any], out: str | Path) -> None:
+    """metrics.json, the PNG plots and report.md under ``out`` (each written whole, then renamed into place)."""
+    from medgrpo.eval.evaluate import write_atomic
+
+    out = Path(out)
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
+    plots = write_plots(metrics, out)
+    write_atomic(out / "report.md", render_markdown(metrics, plots))
+
+
+def compare(run_dirs: list[str | Path], n_boot: int = 1000) -> str:
+    """Headline metrics of several evaluation folders side by side, with paired deltas against the first.
+
+    Deltas are computed on the records both runs scored (matched by dataset and id), with a paired
+    percentile-bootstrap 95% interval, so two runs on the same items are compared item by item.
+    """
+    from medgrpo.eval.evaluate import PREDICTIONS, EvalError, read_predictions
+
+    runs = []
+    for d in map(Path, run_dirs):
+        if not (d / "metrics.json").is_file() or not (d / PREDICTIONS).is_file():
+            raise EvalError(f"{d}: not an evaluation folder (no metrics.json / {PREDICTIONS}); run medgrpo eval first")
+        runs.append((d, {(r["dataset"], r["id"]): row_metrics(r) for r in read_predictions(d / PREDICTIONS)}))
+    base_dir, base = runs[0]
+    lines = [f"baseline: {base_dir}"]
+    for d, rows in runs[1:]:
+        lines += ["", f"{d} vs {base_dir} (delta = run - baseline, percentage points, paired 95% CI)",
+                  f"{'dataset':<16} {'metric':<22} {'baseline':>9} {'run':>9} {'delta':>8}  95% CI          n"]
+        datasets = sorted({k[0] for k in rows} & {k[0] for k in base})
+        for ds in datasets:
+            keys = sorted(k for k in rows.keys() & base.keys() if k[0] == ds)
+            for m in HEADLINE:
+                pairs = [(base[k][m], rows[k][m]) for k in keys if base[k][m] is not None and rows[k][m] is not None]
+                if not pairs:
+                    continue
+                a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+                delta, lo, hi = paired_delta_ci(a, b, n_boot=n_boot)
+                lines.append(f"{ds:<16} {_LABELS[m]:<22} {_pct(sum(a) / len(a)):>9} {_pct(sum(b) / len(b)):>9} "
+                             f"{100 * delta:>+8.1f}  [{100 * lo:+.1f}, {100 * hi:+.1f}]  {len(pairs)}")
+        if not datasets:
+            lines.append("(no dataset in common)")
+    return "\n".join(lines)
