@@ -1,0 +1,370 @@
+"""Tiny random-init Qwen-VL models of the real architectures, built offline (``medgrpo tiny-model``).
+
+No checkpoint can be downloaded on the CI and demo machines, yet the pipeline must run the very code paths a real
+Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint takes. So we instantiate the real transformers classes through their
+config classes at a tiny size, with a byte-level BPE trained on a generated medical corpus
+(:mod:`medgrpo.models.corpus`), Qwen's special tokens and chat format, and Qwen's image/video processors with
+small pixel limits. The folder is written with ``save_pretrained`` and reloads offline with ``AutoProcessor`` +
+``AutoModelForImageTextToText``. The same arch, preset and seed give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from tokenizers import AddedToken
+from transformers import (
+    GenerationConfig,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLProcessor,
+    Qwen2Tokenizer,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+    Qwen2VLImageProcessor,
+    Qwen2VLProcessor,
+    Qwen2VLVideoProcessor,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
+)
+
+from medgrpo.models.corpus import train_bpe
+from medgrpo.prompts import GRAMMAR_TOKENS
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # ci: the smallest shape that still exercises every code path (GQA, several layers so layer-indexed options
+    # such as Qwen2.5-VL's full-attention blocks and Qwen3-VL's deepstack are real, 2x2 merged vision patches).
+    # About 0.3M parameters: a build takes ~1 s and a CPU GRPO step well under a second.
+    "ci": {
+        "hidden_size": 64,  # 4 heads x head_dim 16: the smallest head_dim whose mrope split has room for t/h/w
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,  # GQA as in every real Qwen-VL
+        "intermediate_size": 128,
+        "vision_hidden_size": 32,
+        "vision_depth": 2,
+        "vision_num_heads": 2,
+        "vision_intermediate_size": 64,
+        # merged image tokens per image (min, max): 56x56..112x112 px for Qwen2/2.5 (factor 28), 64..128 px for
+        # Qwen3 (factor 32); a 128x128 original becomes 16 tokens, a tiny one is upscaled to 4.
+        "image_tokens": (4, 16),
+    },
+    # demo: large enough to learn MedAD-Synth on CPU in minutes (the research brief measured 1.6M-5.1M params at
+    # 1.1-1.5 s per GRPO step), small enough that SFT + GRPO fit in a few minutes on 2 cores. About 1.5M params.
+    "demo": {
+        "hidden_size": 128,  # head_dim 32: an mrope split of 16 frequencies, enough for 2D positions of 4x4 images
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 512,
+        "vision_hidden_size": 64,
+        "vision_depth": 2,
+        "vision_num_heads": 2,
+        "vision_intermediate_size": 256,
+        # 16 tokens: a 128x128 synth image becomes 112x112 (Qwen2/2.5) or 128x128 (Qwen3), enough to see a lesion
+        "image_tokens": (4, 16),
+    },
+}
+"""Model and image sizes per preset; every number is shared by the three architectures."""
+
+BPE_VOCAB_SIZE = 4096
+"""Upper bound on learned BPE tokens; training stops earlier once every corpus word is one token (~1.5k)."""
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+    "<|video_pad|>",
+)  # fmt: skip
+"""Qwen's special tokens, in Qwen's order, appended after the learned vocabulary as Qwen does."""
+
+CHAT_TEMPLATE = """\
+{%- macro render(content) -%}
+    {%- if content is string -%}
+        {{- content -}}
+    {%- else -%}
+        {%- for item in content -%}
+            {%- if item['type'] == 'image' or 'image' in item or 'image_url' in item -%}
+                {{- '<|vision_start|><|image_pad|><|vision_end|>' -}}
+            {%- elif item['type'] == 'video' or 'video' in item -%}
+                {{- '<|vision_start|><|video_pad|><|vision_end|>' -}}
+            {%- elif 'text' in item -%}
+                {{- item['text'] -}}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+{%- endmacro -%}
+{%- for message in messages -%}
+    {{- '<|im_start|>' + message['role'] + '\\n' -}}
+    {%- if message['role'] == 'assistant' -%}
+        {%- generation -%}
+            {{- render(message['content']) + '<|im_end|>\\n' -}}
+        {%- endgeneration -%}
+    {%- else -%}
+        {{- render(message['content']) + '<|im_end|>\\n' -}}
+    {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- '<|im_start|>assistant\\n' -}}
+{%- endif -%}
+"""
+"""Qwen's ChatML layout (``<|im_start|>role\\n...<|im_end|>\\n``, an image as
+``<|vision_start|><|image_pad|><|vision_end|>``), for plain-string content and for TRL's
+``prepare_multimodal_messages`` lists alike. The assistant turn, its ``<|im_end|>`` included, sits in
+``{% generation %}`` markers so TRL's ``assistant_only_loss`` works without swapping templates."""
+
+
+class TinyModelError(ValueError):
+    """A tiny-model request that cannot be built (unknown arch/preset, unusable output folder)."""
+
+
+def _mrope_section(arch: str, head_dim: int) -> list[int]:
+    """Split the rotary half-dimension into (temporal, height, width) frequencies, in the real models' ratios:
+    Qwen2-VL / Qwen2.5-VL 16:24:24 (of 64), Qwen3-VL 24:20:20 interleaved. Sums to ``head_dim // 2``."""
+    half = head_dim // 2
+    if arch == "qwen3_vl":
+        hw = half * 20 // 64
+        return [half - 2 * hw, hw, hw]
+    hw = half * 24 // 64
+    return [half - 2 * hw, hw, hw]
+
+
+def _config(arch: str, preset: dict[str, Any], ids: dict[str, int]) -> Any:
+    """The real config class of ``arch`` at the preset's size, with every token id pointing at our tokenizer."""
+    head_dim = preset["hidden_size"] // preset["num_attention_heads"]
+    rope: dict[str, Any] = {"rope_type": "default", "mrope_section": _mrope_section(arch, head_dim)}
+    text = {
+        "vocab_size": ids["vocab_size"],
+        "hidden_size": preset["hidden_size"],
+        "intermediate_size": preset["intermediate_size"],
+        "num_hidden_layers": preset["num_hidden_layers"],
+        "num_attention_heads": preset["num_attention_heads"],
+        "num_key_value_heads": preset["num_key_value_heads"],
+        "max_position_embeddings": 4096,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+    }
+    vision: dict[str, Any] = {"depth": preset["vision_depth"], "num_heads": preset["vision_num_heads"]}
+    if arch == "qwen2_vl":
+        cls = Qwen2VLConfig
+        rope["rope_theta"] = 1e6
+        vision |= {
+            "embed_dim": preset["vision_hidden_size"],
+            "hidden_size": preset["hidden_size"],  # Qwen2-VL's name for the merger's output width
+            "mlp_ratio": preset["vision_intermediate_size"] // preset["vision_hidden_size"],
+        }
+    elif arch == "qwen2_5_vl":
+        cls = Qwen2_5_VLConfig
+        rope["rope_theta"] = 1e6
+        vision |= {
+            "hidden_size": preset["vision_hidden_size"],
+            "intermediate_size": preset["vision_intermediate_size"],
+            "out_hidden_size": preset["hidden_size"],
+            # windows of 2x2 merged tokens (real: 4x4 of a much larger image), full attention in the last block
+            "window_size": 56,
+            "fullatt_block_indexes": [preset["vision_depth"] - 1],
+        }
+    else:
+        cls = Qwen3VLConfig
+        rope["rope_theta"] = 5e6
+        # as the real config says (transformers always interleaves Qwen3-VL; vLLM reads the flag)
+        rope["mrope_interleaved"] = True
+        text["head_dim"] = head_dim
+        vision |= {
+            "hidden_size": preset["vision_hidden_size"],
+            "intermediate_size": preset["vision_intermediate_size"],
+            "out_hidden_size": preset["hidden_size"],
+            "num_position_embeddings": 64,  # an 8x8 grid of 16 px patches = the 128 px images it sees
+            "deepstack_visual_indexes": [0],
+        }
+    text["rope_parameters"] = rope
+    return cls(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,  # as the small real checkpoints (Qwen2-VL-2B, Qwen2.5-VL-3B, Qwen3-VL-2B)
+    )
+
+
+def build_tokenizer() -> Qwen2Tokenizer:
+    """Qwen2's tokenizer class over our trained BPE, with Qwen's special tokens and the grammar tokens of
+    :mod:`medgrpo.prompts` as added NON-special tokens (so ``skip_special_tokens=True`` keeps them)."""
+    bpe = json.loads(train_bpe(BPE_VOCAB_SIZE))["model"]
+    tokenizer = Qwen2Tokenizer(
+        vocab=bpe["vocab"],
+        merges=[tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in bpe["merges"]],
+        unk_token=None,
+        eos_token=None,
+        pad_token=None,
+    )
+    tokenizer.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS], special_tokens=True
+    )
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in GRAMMAR_TOKENS])
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.pad_token = "<|endoftext|>"
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.model_max_length = 4096
+    return tokenizer
+
+
+def _processor(arch: str, preset: dict[str, Any], tokenizer: Qwen2Tokenizer) -> Any:
+    """Qwen's image + video processors with the preset's pixel limits (the ``size`` dict, in pixels)."""
+    patch = 16 if arch == "qwen3_vl" else 14
+    factor = patch * 2
+    lo, hi = preset["image_tokens"]
+    size = {"shortest_edge": lo * factor * factor, "longest_edge": hi * factor * factor}
+    # Qwen3-VL normalises to [-1, 1]; Qwen2/2.5-VL keep the CLIP statistics (the processor defaults)
+    norm = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]} if arch == "qwen3_vl" else {}
+    image_processor = Qwen2VLImageProcessor(
+        size=size, patch_size=patch, merge_size=2, temporal_patch_size=2, **norm
+    )
+    video_cls = Qwen3VLVideoProcessor if arch == "qwen3_vl" else Qwen2VLVideoProcessor
+    video_processor = video_cls(size=size, patch_size=patch, merge_size=2, temporal_patch_size=2, **norm)
+    processor_cls = {
+        "qwen2_vl": Qwen2VLProcessor,
+        "qwen2_5_vl": Qwen2_5_VLProcessor,
+        "qwen3_vl": Qwen3VLProcessor,
+    }
+    return processor_cls[arch](
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+MODEL_CLASSES = {
+    "qwen2_vl": Qwen2VLForConditionalGeneration,
+    "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
+    "qwen3_vl": Qwen3VLForConditionalGeneration,
+}
+"""The real transformers class of each supported architecture (``config.model_type``)."""
+
+
+def build_tiny_model(
+    arch: str, preset: str = "ci", out_dir: str | Path = "models/tiny", seed: int = 0
+) -> Path:
+    """Build a random-init ``arch`` model at ``preset`` size with its processor, and save it to ``out_dir``.
+
+    The folder is assembled under a temporary name next to ``out_dir`` and renamed into place, so an interrupted
+    build never leaves a half-written model; an existing model folder at ``out_dir`` is replaced.
+
+    Returns:
+        ``out_dir`` as a Path.
+
+    Raises:
+        TinyModelError: unknown ``arch``/``preset``, or ``out_dir`` is a file or a non-empty non-model folder.
+    """
+    if arch not in MODEL_CLASSES:
+        raise TinyModelError(f"unknown arch '{arch}' (one of: {', '.join(MODEL_CLASSES)})")
+    if preset not in PRESETS:
+        raise TinyModelError(f"unknown preset '{preset}' (one of: {', '.join(PRESETS)})")
+    out = Path(out_dir)
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / "config.json").is_file())):
+        raise TinyModelError(f"{out}: exists and is not a model folder; refusing to overwrite it")
+    sizes = PRESETS[preset]
+
+    tokenizer = build_tokenizer()
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS} | {"vocab_size": len(tokenizer)}
+    config = _config(arch, sizes, ids)
+    with torch.random.fork_rng(devices=[]):  # seed the init without disturbing the caller's RNG
+        torch.manual_seed(seed)
+        model = MODEL_CLASSES[arch](config).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"]
+    )
+    processor = _processor(arch, sizes, tokenizer)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the model folder is an ordinary one
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        (tmp / "README.md").write_text(_card(arch, preset, seed, tmp))
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
+
+
+def parameter_counts(model_dir: str | Path) -> dict[str, int]:
+    """Parameters of a saved model, read from its safetensors headers (tied weights counted once):
+    ``total``, ``vision`` (encoder + merger) and ``language`` (embeddings, decoder, head)."""
+    counts = {"total": 0, "vision": 0, "language": 0}
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(path, framework="pt") as f:
+            for name in f.keys():
+                n = 1
+                for d in f.get_slice(name).get_shape():
+                    n *= d
+                counts["total"] += n
+                counts["vision" if ".visual." in f".{name}" else "language"] += n
+    return counts
+
+
+def _card(arch: str, preset: str, seed: int, folder: Path) -> str:
+    c = parameter_counts(folder)
+    return (
+        f"# Tiny random-init {arch} ({preset} preset)\n\n"
+        f"Built offline by `medgrpo tiny-model --arch {arch} --preset {preset} --seed {seed}`: the real transformers "
+        f"architecture at a tiny size with RANDOM weights, a BPE tokenizer trained on a generated medical corpus, "
+        f"Qwen's chat format and processors. For tests and CPU demos; it knows nothing until trained.\n\n"
+        f"Parameters: {c['total']:,} (vision {c['vision']:,}, language {c['language']:,}).\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="medgrpo tiny-model",
+        description="Build a tiny random-init Qwen-VL model + processor offline and save it with save_pretrained.",
+    )
+    parser.add_argument("--arch", required=True, choices=list(MODEL_CLASSES))
+    parser.add_argument(
+        "--preset", default="ci", choices=list(PRESETS), help="ci: smallest, for tests; demo: learns"
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="output folder (replaced if it holds a model)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="init seed; the same seed gives identical files")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        out = build_tiny_model(args.arch, args.preset, args.out, args.seed)
+    except (TinyModelError, OSError) as exc:
+        print(f"medgrpo: {exc}", file=sys.stderr)
+        return 2
+    c = parameter_counts(out)
+    print(
+        f"{args.arch} ({args.preset}, seed {args.seed}) -> {out} in {time.perf_counter() - start:.1f} s\n"
+        f"parameters: {c['total']:,} total (vision {c['vision']:,}, language {c['language']:,})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

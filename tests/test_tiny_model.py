@@ -1,0 +1,217 @@
+"""Tiny-model factory: real architectures that reload offline, generate from an image, and build deterministically."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+from trl.chat_template_utils import has_generation_markers, is_chat_template_stop_token_trained
+from trl.data_utils import prepare_multimodal_messages
+
+from medgrpo.data.boxes import ImageGrid
+from medgrpo.models import MODEL_CLASSES, PRESETS, TinyModelError, build_tiny_model, parameter_counts
+from medgrpo.models import tiny as tiny_module
+from medgrpo.models.corpus import ANATOMIES, APPEARANCES, FINDINGS, MODALITIES, corpus_texts
+from medgrpo.prompts import GRAMMAR_TOKENS, SYSTEM_PROMPT
+
+ARCHS = tuple(MODEL_CLASSES)
+MESSAGES = [
+    {"role": "system", "content": SYSTEM_PROMPT},
+    {"role": "user", "content": "Which organ is shown?\nOptions:\nA. brain\nB. liver"},
+]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    return {arch: build_tiny_model(arch, "ci", root / arch, seed=0) for arch in ARCHS}
+
+
+def _image(width: int = 128, height: int = 128) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def _sha256(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_reloads_offline_and_generates_from_an_image(model_dirs: dict[str, Path], arch: str) -> None:
+    processor = AutoProcessor.from_pretrained(model_dirs[arch])
+    model = AutoModelForImageTextToText.from_pretrained(model_dirs[arch])
+    assert type(model) is MODEL_CLASSES[arch]
+    assert model.config.model_type == arch
+
+    image = _image()
+    text = processor.apply_chat_template(
+        prepare_multimodal_messages(MESSAGES, [image]), tokenize=False, add_generation_prompt=True
+    )
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    grid = ImageGrid.from_processor(processor, arch)
+    w, h = grid.resized_size(128, 128)
+    n_image_tokens = (inputs["input_ids"] == model.config.image_token_id).sum().item()
+    assert n_image_tokens == w * h // grid.factor**2 == 16
+
+    out = model.generate(**inputs, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] > inputs["input_ids"].shape[1]
+    new = processor.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert isinstance(new[0], str)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_image_grid_matches_the_processor_on_non_square_images(
+    model_dirs: dict[str, Path], arch: str
+) -> None:
+    processor = AutoProcessor.from_pretrained(model_dirs[arch])
+    grid = ImageGrid.from_processor(processor, arch)
+    patch = processor.image_processor.patch_size
+    for width, height in ((96, 128), (200, 60), (30, 30)):
+        thw = processor.image_processor(images=[_image(width, height)], return_tensors="pt")[
+            "image_grid_thw"
+        ][0]
+        assert grid.resized_size(width, height) == (int(thw[2]) * patch, int(thw[1]) * patch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_token_ids_are_consistent_across_config_tokenizer_and_generation(
+    model_dirs: dict[str, Path], arch: str
+) -> None:
+    tok = AutoTokenizer.from_pretrained(model_dirs[arch])
+    model = AutoModelForImageTextToText.from_pretrained(model_dirs[arch])
+    cfg, gen = model.config, model.generation_config
+    ids = tok.convert_tokens_to_ids
+    assert cfg.image_token_id == ids("<|image_pad|>")
+    assert cfg.video_token_id == ids("<|video_pad|>")
+    assert cfg.vision_start_token_id == ids("<|vision_start|>")
+    assert cfg.vision_end_token_id == ids("<|vision_end|>")
+    assert cfg.get_text_config().vocab_size == len(tok) == model.get_input_embeddings().num_embeddings
+    assert gen.eos_token_id == tok.eos_token_id == ids("<|im_end|>")
+    assert gen.pad_token_id == tok.pad_token_id == ids("<|endoftext|>")
+    # every special id lies inside the embedding table, and none collides with a learned token
+    specials = [ids(t) for t in tiny_module.SPECIAL_TOKENS]
+    assert len(set(specials)) == len(specials) and max(specials) < len(tok)
+
+
+def test_grammar_tokens_are_single_non_special_tokens_that_survive_decoding(
+    model_dirs: dict[str, Path],
+) -> None:
+    tok = AutoTokenizer.from_pretrained(model_dirs["qwen2_5_vl"])
+    for t in GRAMMAR_TOKENS:
+        assert tok(t)["input_ids"] == [tok.convert_tokens_to_ids(t)]
+        assert t not in tok.all_special_tokens
+    text = (
+        "<think>An MRI of the brain with a mass at <box>[12, 345, 67, 890]</box>.</think>\n<answer>C</answer>"
+    )
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    wrapped = tok("<|im_start|>assistant\n" + text + "<|im_end|>")["input_ids"]
+    assert tok.decode(wrapped, skip_special_tokens=True) == "assistant\n" + text
+    # numbers are written digit by digit, as in Qwen
+    assert tok.convert_ids_to_tokens(tok("345")["input_ids"]) == ["3", "4", "5"]
+
+
+def test_tokenizer_covers_the_medical_lexicon(model_dirs: dict[str, Path]) -> None:
+    tok = AutoTokenizer.from_pretrained(model_dirs["qwen2_vl"])
+    words = [w for group in (MODALITIES, ANATOMIES, FINDINGS, APPEARANCES) for w in group if " " not in w]
+    single = [w for w in words if len(tok(" " + w)["input_ids"]) == 1]
+    assert len(single) / len(words) > 0.9
+    assert 1000 < len(tok) < 8192  # a few thousand at most: the embedding must not dominate a tiny model
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_chat_template_renders_plain_strings_and_trl_content_lists_alike(
+    model_dirs: dict[str, Path], arch: str
+) -> None:
+    processor = AutoProcessor.from_pretrained(model_dirs[arch])
+    conversation = [*MESSAGES, {"role": "assistant", "content": "<think>x</think>\n<answer>A</answer>"}]
+    plain = processor.apply_chat_template(conversation, tokenize=False)
+    listed = processor.apply_chat_template(
+        prepare_multimodal_messages(conversation, [_image()]), tokenize=False
+    )
+    image = "<|vision_start|><|image_pad|><|vision_end|>"
+    assert listed == plain.replace("<|im_start|>user\n", "<|im_start|>user\n" + image)
+    assert plain.startswith("<|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n<|im_start|>user\n")
+    assert plain.endswith("<|im_start|>assistant\n<think>x</think>\n<answer>A</answer><|im_end|>\n")
+    prompt = processor.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    # TRL's assistant-only loss can use the template as shipped, end-of-turn token included
+    assert has_generation_markers(processor.chat_template)
+    assert is_chat_template_stop_token_trained(processor)
+
+
+def test_same_seed_gives_identical_files_and_another_seed_other_weights(tmp_path: Path) -> None:
+    first = _sha256(build_tiny_model("qwen3_vl", "ci", tmp_path / "a", seed=3))
+    again = _sha256(build_tiny_model("qwen3_vl", "ci", tmp_path / "b", seed=3))
+    other = _sha256(build_tiny_model("qwen3_vl", "ci", tmp_path / "c", seed=4))
+    assert first == again
+    assert {"model.safetensors", "tokenizer.json", "config.json", "chat_template.jinja"} <= set(first)
+    assert other["model.safetensors"] != first["model.safetensors"]
+    assert other["tokenizer.json"] == first["tokenizer.json"]
+
+
+def test_build_leaves_the_callers_rng_alone(tmp_path: Path) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    build_tiny_model("qwen2_vl", "ci", tmp_path / "m", seed=0)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_corpus_is_deterministic_and_uses_the_prompt_wording() -> None:
+    texts = corpus_texts(50, seed=1)
+    assert texts == corpus_texts(50, seed=1) != corpus_texts(50, seed=2)
+    assert texts[0] == SYSTEM_PROMPT
+    assert any("Options:\nA. " in t for t in texts)
+    assert not any(g in t for t in texts for g in GRAMMAR_TOKENS)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parameter_counts_match_the_loaded_model(model_dirs: dict[str, Path], arch: str) -> None:
+    counts = parameter_counts(model_dirs[arch])
+    model = AutoModelForImageTextToText.from_pretrained(model_dirs[arch])
+    assert counts["total"] == sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+    assert counts["vision"] == sum(p.numel() for p in model.model.visual.parameters())
+    assert 150_000 < counts["total"] < 500_000  # the ci preset's target band
+
+
+def test_cli_builds_and_prints_parameter_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m"
+    assert tiny_module.main(["--arch", "qwen2_5_vl", "--preset", "ci", "--out", str(out), "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
+    total = parameter_counts(out)["total"]
+    assert f"{total:,} total" in printed
+    assert (out / "model.safetensors").is_file() and not list(tmp_path.glob(".m.*"))
+
+
+def test_cli_rejects_a_folder_that_is_not_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert tiny_module.main(["--arch", "qwen2_vl", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("medgrpo: ") and str(out) in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_rebuilding_replaces_a_previous_model_folder(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    build_tiny_model("qwen2_vl", "ci", out, seed=0)
+    first = _sha256(out)
+    build_tiny_model("qwen2_vl", "ci", out, seed=1)
+    assert _sha256(out)["model.safetensors"] != first["model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_unknown_arch_or_preset_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(TinyModelError, match="unknown arch 'llava'"):
+        build_tiny_model("llava", "ci", tmp_path / "x")
+    with pytest.raises(TinyModelError, match="unknown preset 'huge'"):
+        build_tiny_model("qwen2_vl", "huge", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    assert set(PRESETS) == {"ci", "demo"}
