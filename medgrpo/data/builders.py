@@ -1,0 +1,174 @@
+"""Records -> ``datasets.Dataset`` for TRL: prompt/completion rows for SFTTrainer, and GRPO rows with every
+field the rewards need as flat columns.
+
+Every image is decoded and resized up front (through :func:`~medgrpo.data.preprocess.prepare_images`), so a
+missing or corrupt image is found before training starts and can never crash a run midway. The
+``on_bad_record`` policy decides what happens then: ``error`` stops with the row named, ``skip`` drops it, counts
+it in a :class:`BuildReport` and logs the count and ids at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import datasets
+from PIL import Image
+
+from medgrpo.data.boxes import BoxFrame, ImageGrid
+from medgrpo.data.preprocess import ImageSettings, prepare_images
+from medgrpo.data.record import MedADRecord, RecordError
+from medgrpo.prompts import BOX_RE, SYSTEM_PROMPT, build_prompt, build_target
+
+logger = logging.getLogger(__name__)
+
+_MESSAGES = [{"role": datasets.Value("string"), "content": datasets.Value("string")}]
+_STR = datasets.Value("string")
+
+SFT_FEATURES = datasets.Features({"prompt": _MESSAGES, "completion": _MESSAGES, "images": [datasets.Image()]})
+GRPO_FEATURES = datasets.Features({
+    "prompt": _MESSAGES,
+    "images": [datasets.Image()],
+    **{name: _STR for name in ("id", "question")},
+    "options": [_STR],
+    **{name: _STR for name in ("answer", "task", "modality", "anatomy", "evidence", "bbox", "cot", "source",
+                               "box_format")},
+    "image_size": [datasets.Value("int32")],
+    "model_image_size": [datasets.Value("int32")],
+    "target": _STR,
+})
+"""Fixed Arrow types: strings are ``""`` rather than None so that shards and splits always concatenate."""
+
+
+@dataclass
+class BuildReport:
+    """What a builder kept and what it skipped (``on_bad_record="skip"``): ``(id, reason)`` per dropped row."""
+
+    kept: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _check_boxes(record: MedADRecord, frame: BoxFrame) -> None:
+    """Boxes (the ``bbox`` field and any ``<box>`` cited in ``cot``) must lie inside ``images[0]``."""
+    boxes = list(record.bbox or [])
+    boxes += [[float(g) for g in m.groups()] for m in BOX_RE.finditer(record.cot or "")]
+    for box in boxes:
+        x1, y1, x2, y2 = box
+        if not (0 <= x1 < x2 <= frame.width and 0 <= y1 < y2 <= frame.height):
+            where = "bbox" if record.bbox and box in record.bbox else "cot"
+            raise RecordError(f"field '{where}': box {box} is not inside the {frame.width}x{frame.height} image")
+
+
+def _prepared(
+    records: list[MedADRecord],
+    root: str | Path,
+    grid: ImageGrid,
+    settings: ImageSettings | None,
+    on_bad_record: str,
+    report: BuildReport,
+) -> list[tuple[MedADRecord, list[Image.Image], BoxFrame]]:
+    """Prepare every record's images up front; apply the ``on_bad_record`` policy to failures."""
+    if on_bad_record not in ("error", "skip"):
+        raise RecordError(f"on_bad_record must be 'error' or 'skip', not {on_bad_record!r}")
+    ready = []
+    seen: set[str] = set()
+    for row, record in enumerate(records, start=1):
+        try:
+            if record.id in seen:
+                raise RecordError(f"field 'id': duplicate id '{record.id}'")
+            seen.add(record.id)
+            images, frame = prepare_images(record, root, grid, settings)
+            _check_boxes(record, frame)
+        except Exception as exc:  # any decoder failure must surface here, before training, as one line
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            message = f"{root}: row {row} (id '{record.id}'): {reason}"
+            if on_bad_record == "error":
+                raise RecordError(message) from None
+            report.skipped.append((record.id, message))
+            continue
+        ready.append((record, images, frame))
+    report.kept = len(ready)
+    if report.skipped:
+        ids = ", ".join(rid for rid, _ in report.skipped)
+        logger.warning("skipped %d bad record(s) under %s: %s", len(report.skipped), root, ids)
+    if not ready:
+        raise RecordError(f"{root}: no usable records ({len(report.skipped)} skipped)")
+    return ready
+
+
+def to_sft_dataset(
+    records: list[MedADRecord],
+    root: str | Path,
+    grid: ImageGrid,
+    settings: ImageSettings | None = None,
+    system_prompt: str | None = SYSTEM_PROMPT,
+    on_bad_record: Literal["error", "skip"] = "error",
+    report: BuildReport | None = None,
+) -> datasets.Dataset:
+    """Conversational prompt/completion rows with ``images`` for TRL's SFTTrainer (completion-only loss).
+
+    Args:
+        records: validated records; image paths are relative to ``root``.
+        root: the dataset folder.
+        grid: the processor's resize rule and box convention (``ImageGrid.from_processor``).
+        settings: DICOM windowing, frames, cache (defaults: auto window, middle frame, no cache).
+        system_prompt: the system turn, or None.
+        on_bad_record: ``error`` raises :class:`RecordError` naming the row; ``skip`` drops and reports it.
+        report: filled with kept/skipped counts and the skipped ids.
+    """
+    report = report if report is not None else BuildReport()
+    rows = [
+        {
+            "prompt": build_prompt(record, frame, system_prompt),
+            "completion": [{"role": "assistant", "content": build_target(record, frame)}],
+            "images": images,
+        }
+        for record, images, frame in _prepared(records, root, grid, settings, on_bad_record, report)
+    ]
+    return datasets.Dataset.from_list(rows, features=SFT_FEATURES)
+
+
+def _json_or_empty(value: Any) -> str:
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def to_grpo_dataset(
+    records: list[MedADRecord],
+    root: str | Path,
+    grid: ImageGrid,
+    settings: ImageSettings | None = None,
+    system_prompt: str | None = SYSTEM_PROMPT,
+    on_bad_record: Literal["error", "skip"] = "error",
+    report: BuildReport | None = None,
+) -> datasets.Dataset:
+    """GRPO rows: conversational ``prompt``, ``images`` and the record's fields as flat columns.
+
+    Columns: ``prompt``, ``images``, ``id``, ``question``, ``options``, ``answer``, ``task``, ``modality``,
+    ``anatomy``, ``evidence`` (JSON), ``bbox`` (JSON, original pixels), ``cot``, ``source``, ``box_format``,
+    ``image_size``, ``model_image_size`` and ``target`` (the gold completion, for golden-answer injection).
+    Missing values are ``""``. Arguments as in :func:`to_sft_dataset`.
+    """
+    report = report if report is not None else BuildReport()
+    rows = []
+    for record, images, frame in _prepared(records, root, grid, settings, on_bad_record, report):
+        rows.append({
+            "prompt": build_prompt(record, frame, system_prompt),
+            "images": images,
+            "id": record.id,
+            "question": record.question,
+            "options": list(record.options),
+            "answer": record.answer,
+            "task": record.task,
+            "modality": record.modality or "",
+            "anatomy": record.anatomy or "",
+            "evidence": _json_or_empty(record.evidence),
+            "bbox": _json_or_empty(record.bbox),
+            "cot": record.cot or "",
+            "source": record.source,
+            **frame.to_columns(),
+            "target": build_target(record, frame),
+        })
+    return datasets.Dataset.from_list(rows, features=GRPO_FEATURES)

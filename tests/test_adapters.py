@@ -1,0 +1,183 @@
+"""Adapters: each public layout (fixtures under tests/fixtures/ in the published format) converts into a folder
+that passes validation, with open/closed questions handled and dropped rows recorded in the card."""
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from medgrpo.data.adapters import ADAPTERS, AdapterError, convert
+from medgrpo.data.record import load_records
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _png(path: Path, size=(40, 32)) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(len(str(path)))
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def _png_bytes(size=(24, 24)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (10, 200, 30)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _source(tmp_path: Path, name: str, images: list[str]) -> Path:
+    src = tmp_path / name
+    shutil.copytree(FIXTURES / name, src)
+    for rel in images:
+        _png(src / rel)
+    return src
+
+
+def _load_all(out: Path) -> dict[str, dict]:
+    return {r.id: r for split in ("train", "validation", "test") if (out / f"{split}.jsonl").exists()
+            for r in load_records(out / f"{split}.jsonl")}
+
+
+def test_vqa_rad(tmp_path):
+    src = _source(tmp_path, "vqa_rad", ["VQA_RAD Image Folder/synpic100.jpg", "VQA_RAD Image Folder/synpic200.jpg"])
+    report = convert("vqa_rad", src, tmp_path / "out")
+    recs = _load_all(tmp_path / "out")
+    assert set(recs) == {"vqa_rad-1", "vqa_rad-2", "vqa_rad-3", "vqa_rad-4", "vqa_rad-5"}
+    assert recs["vqa_rad-1"].options == ["Yes", "No"] and recs["vqa_rad-1"].answer == "A"
+    assert recs["vqa_rad-2"].answer == "B" and recs["vqa_rad-2"].task == "anomaly_detection"
+    assert recs["vqa_rad-3"].options == [] and recs["vqa_rad-3"].answer == "x-ray"
+    assert recs["vqa_rad-3"].task == "modality_classification"
+    assert recs["vqa_rad-4"].options == [] and recs["vqa_rad-4"].answer == "left"  # closed but not yes/no
+    assert recs["vqa_rad-5"].answer == "2"
+    assert report.kept == {"train": 3, "test": 2}
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "licence: CC0" in card and "dropped rows: 2" in card and "synpic999.jpg" in card
+    assert "'image_name'" in card  # the row without an image name, with why
+    # one image shared by several questions is copied once
+    assert len(list((tmp_path / "out" / "images").rglob("*.jpg"))) == 2
+
+
+def test_slake_keeps_english_and_maps_splits(tmp_path):
+    src = _source(tmp_path, "slake", ["imgs/xmlab0/source.jpg", "imgs/xmlab1/source.jpg"])
+    report = convert("slake", src, tmp_path / "out")
+    assert report.kept == {"train": 2, "validation": 1, "test": 1}
+    recs = _load_all(tmp_path / "out")
+    assert recs["slake-9"].modality == "MRI" and recs["slake-9"].anatomy == "abdomen"
+    assert recs["slake-10"].options == ["Yes", "No"] and recs["slake-10"].task == "anatomy_identification"
+    assert recs["slake-30"].options == [] and recs["slake-30"].answer == "Left Lung"
+    assert "q_lang" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_pmc_vqa_strips_choice_prefixes(tmp_path):
+    src = _source(tmp_path, "pmc_vqa", ["images/PMC1_fig1.jpg", "images/PMC2_fig3.jpg", "images/PMC3_fig2.jpg"])
+    report = convert("pmc_vqa", src, tmp_path / "out")
+    recs = _load_all(tmp_path / "out")
+    first = recs["pmc_vqa-train-1"]
+    assert first.options == ["MRI", "CT scan", "Ultrasound", "PET"] and first.answer == "B"
+    assert recs["pmc_vqa-train-2"].answer_text() == "Liver"
+    assert len(report.dropped) == 1 and "Answer_label" in report.dropped[0][1]
+
+
+def test_omnimedvqa_matches_answer_text_to_option(tmp_path):
+    src = _source(tmp_path, "omnimedvqa", ["Images/TinySet/img_001.png", "Images/TinySet/img_002.png"])
+    report = convert("omnimedvqa", src, tmp_path / "out")
+    recs = _load_all(tmp_path / "out")
+    assert recs["omnimedvqa-TinySet_0001"].answer == "B"
+    assert recs["omnimedvqa-TinySet_0001"].task == "modality_classification"
+    assert recs["omnimedvqa-TinySet_0002"].options == ["Yes", "No"]
+    assert report.kept == {"test": 2} and "gt_answer" in report.dropped[0][1]
+
+
+def test_medad_mcq_bad_rows_are_dropped_with_reasons(tmp_path):
+    src = _source(tmp_path, "medad_mcq", ["imgs/brain_001.png"])
+    _png(tmp_path / "outside.png")
+    report = convert("medad_mcq", src, tmp_path / "out")
+    recs = _load_all(tmp_path / "out")
+    assert set(recs) == {"m1", "m2", "m3", "t2"}
+    assert recs["m2"].answer == "A" and recs["m2"].bbox == [[4.0, 6.0, 20.0, 22.0]]
+    assert recs["m3"].task == "anomaly_detection"
+    reasons = "\n".join(f"{w}: {r}" for w, r in report.dropped)
+    assert "train.jsonl:4: field 'answer': 'E' is not among" in reasons
+    assert "train.jsonl:5: field 'task': unknown task 'Organ Counting'" in reasons
+    assert "train.jsonl:6: field 'images'" in reasons and "outside the input folder" in reasons
+    assert "test.jsonl:1: field 'id': duplicate id 'm1'" in reasons
+    assert "test.jsonl:2: field 'bbox'" in reasons
+    assert not (tmp_path / "out" / "images" / "outside.png").exists()
+
+
+def test_generic_jsonl_with_mapping(tmp_path):
+    src = _source(tmp_path, "generic", ["pics/a.png", "pics/b.png"])
+    report = convert("jsonl", src / "data.jsonl", tmp_path / "out", mapping=src / "mapping.yaml")
+    recs = _load_all(tmp_path / "out")
+    assert recs["g1"].options == ["Yes", "No"] and recs["g1"].task == "anomaly_detection"
+    assert recs["g2"].answer == "B" and recs["g2"].options == ["femur", "tibia", "radius"]
+    assert recs["g3"].options == [] and report.kept == {"train": 2, "test": 1}
+    assert "licence: CC BY 4.0" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_mapping_naming_a_missing_column_is_one_line(tmp_path):
+    src = _source(tmp_path, "generic", ["pics/a.png"])
+    with pytest.raises(AdapterError) as err:
+        convert("jsonl", src / "data.jsonl", tmp_path / "out", mapping=src / "bad_mapping.yaml")
+    msg = str(err.value)
+    assert "bad_mapping.yaml: field 'columns.question': column 'question_text' is not in" in msg
+    assert "\n" not in msg and not (tmp_path / "out").exists()
+
+
+def _hf_rows():
+    return [
+        {"image": {"bytes": _png_bytes(), "path": "p1.png"}, "question": "is this malignant?", "answer": "yes"},
+        {"image": {"bytes": _png_bytes((30, 20)), "path": "p2.png"}, "question": "what stain is used?",
+         "answer": "hematoxylin and eosin"},
+    ]
+
+
+def test_pathvqa_parquet_layout(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "pvqa" / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(_hf_rows()), tmp_path / "pvqa/data/train-00000-of-00001.parquet")
+    pq.write_table(pa.Table.from_pylist(_hf_rows()[:1]), tmp_path / "pvqa/data/test-00000-of-00001.parquet")
+    report = convert("pathvqa", tmp_path / "pvqa", tmp_path / "out")
+    assert report.kept == {"train": 2, "test": 1}
+    recs = load_records(tmp_path / "out" / "train.jsonl")
+    assert recs[0].options == ["Yes", "No"] and recs[1].options == [] and recs[0].source == "PathVQA"
+
+
+def test_hf_save_to_disk_with_mapping(tmp_path):
+    import datasets
+
+    rows = [{"img": r["image"], "q": r["question"], "a": r["answer"], "opts": ["yes", "no"] if i == 0 else []}
+            for i, r in enumerate(_hf_rows())]
+    feats = datasets.Features({"img": datasets.Image(), "q": datasets.Value("string"), "a": datasets.Value("string"),
+                               "opts": [datasets.Value("string")]})
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows, features=feats)}).save_to_disk(tmp_path / "saved")
+    (tmp_path / "map.yaml").write_text("columns: {images: img, question: q, answer: a, options: opts}\ntask: other\n")
+    report = convert("hf", tmp_path / "saved", tmp_path / "out", mapping=tmp_path / "map.yaml")
+    recs = load_records(tmp_path / "out" / "train.jsonl")
+    assert report.kept == {"train": 2}
+    assert recs[0].options == ["yes", "no"] and recs[0].answer == "A"
+    assert Image.open(tmp_path / "out" / recs[1].images[0]).size == (30, 20)
+
+
+def test_every_format_is_registered_and_output_is_never_half_written(tmp_path):
+    assert set(ADAPTERS) == {"vqa_rad", "slake", "pathvqa", "pmc_vqa", "omnimedvqa", "medad_mcq", "jsonl", "hf"}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AdapterError, match="no 'VQA_RAD Dataset Public.json'"):
+        convert("vqa_rad", tmp_path / "empty", tmp_path / "out")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.jsonl").write_text(json.dumps({"id": "x", "image": "missing.png", "question": "q?",
+                                                 "options": ["a", "b"], "answer": "A", "task": "other"}) + "\n")
+    with pytest.raises(AdapterError, match="no usable rows"):
+        convert("medad_mcq", src, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty", "src"]
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    with pytest.raises(AdapterError, match="not empty"):
+        convert("medad_mcq", src, tmp_path / "full")
