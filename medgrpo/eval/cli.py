@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder: predictions.jsonl, metrics.json, report.md, plots")
     p.add_argument("--compare", nargs="+", metavar="RUN",
                    help="evaluation folders to compare (deltas with paired 95%% CIs against the first)")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
     p.add_argument("--num-samples", type=int, default=1,
                    help="k > 1 adds k sampled completions per prompt (pass@k, self-consistency)")

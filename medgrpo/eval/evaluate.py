@@ -160,7 +160,7 @@ def evaluate(
     suite_or_dataset: str | Path | Suite,
     out_dir: str | Path,
     *,
-    batch_size: int = 8,
+    batch_size: int = 16,
     backend: str = "transformers",
     num_samples: int = 1,
     temperature: float = 1.0,
