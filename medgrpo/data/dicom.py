@@ -120,7 +120,8 @@ def _mono_to_uint8(
         out = linear_window(values, *window)
     elif "VOILUTSequence" in ds:
         lut_bits = int(ds.VOILUTSequence[0].LUTDescriptor[2])
-        mapped = apply_voi_lut(values, ds, index=0, prefer_lut=True).astype(np.float32)
+        table_input = np.rint(values).astype(np.int64)  # a LUT is indexed by integer modality values
+        mapped = apply_voi_lut(table_input, ds, index=0, prefer_lut=True).astype(np.float32)
         out = (np.clip(mapped / float(2**lut_bits - 1), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
     elif "WindowCenter" in ds and "WindowWidth" in ds:
         out = linear_window(values, _first(ds.WindowCenter), max(_first(ds.WindowWidth), 1.0))

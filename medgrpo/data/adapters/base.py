@@ -158,7 +158,8 @@ def _card(adapter: Adapter, input_path: Path, report: ConvertReport, mapping: di
     ]
     root = str((input_path if input_path.is_dir() else input_path.parent).resolve()) + "/"
     dropped = [(where.replace(root, ""), reason.replace(root, "")) for where, reason in report.dropped]
-    reasons = Counter(re.sub(r"'[^']*'", "'...'", reason) for _, reason in dropped)  # group by kind, not value
+    kinds = (reason.partition(": ") for _, reason in dropped)  # group by field and kind, not by value
+    reasons = Counter(field + ": " + re.sub(r"'[^']*'", "'...'", rest) for field, _, rest in kinds)
     lines += [f"- {n} x {reason}" for reason, n in reasons.most_common()] or ["none"]
     lines += ["", "Per row (paths relative to the input):", ""] + [f"- {w}: {r}" for w, r in dropped[:500]]
     if len(report.dropped) > 500:
