@@ -35,12 +35,18 @@ class ConGRPOConfig(GRPOConfig):
         zero_on_format_failure (`bool`, defaults to `True`):
             Every reward except ``format`` is 0 for a completion that breaks the grammar; partial credit for broken
             outputs was measured to be gamed by longer outputs (research brief, section 4).
+        grounding_metric (`str`, defaults to `"iou"`):
+            ``iou``, or ``giou`` rescaled to [0, 1] so that a box that misses the lesion still gets a gradient
+            towards it.
         judge_model (`str` or `None`, defaults to `None`):
             For ``evidence_backend="judge"``: a local model folder (transformers), or the model name served at
             ``judge_base_url``.
         judge_base_url (`str` or `None`, defaults to `None`):
             An OpenAI-compatible endpoint (e.g. a vLLM server); None uses ``judge_model`` locally. Nothing but the
             completion text and the record's text fields is sent, and only to this host.
+        judge_api_key_env (`str` or `None`, defaults to `None`):
+            Name of the environment variable holding the endpoint's bearer token (never the token itself, so that
+            recipes can be shared).
     """
 
     reward_funcs: list[str] = field(
@@ -57,8 +63,10 @@ class ConGRPOConfig(GRPOConfig):
     zero_on_format_failure: bool = field(
         default=True, metadata={"help": "All rewards but format are 0 when the grammar breaks."}
     )
+    grounding_metric: str = field(default="iou", metadata={"help": "iou or giou (rescaled to [0, 1])."})
     judge_model: str | None = field(default=None, metadata={"help": "Judge model (local folder or served name)."})
     judge_base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible judge endpoint."})
+    judge_api_key_env: str | None = field(default=None, metadata={"help": "Env var holding the judge's token."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,5 +84,7 @@ class ConGRPOConfig(GRPOConfig):
             raise ValueError(f"evidence_weights needs 5 values (one per criterion), got {len(self.evidence_weights)}")
         if self.evidence_backend not in ("rule", "judge"):
             raise ValueError(f"evidence_backend must be 'rule' or 'judge', not '{self.evidence_backend}'")
+        if self.grounding_metric not in ("iou", "giou"):
+            raise ValueError(f"grounding_metric must be 'iou' or 'giou', not '{self.grounding_metric}'")
         if self.evidence_backend == "judge" and not self.judge_model:
             raise ValueError("evidence_backend='judge' needs judge_model (a local folder or a served model name)")

@@ -25,18 +25,23 @@ from medgrpo.train.con_grpo_config import ConGRPOConfig
 
 def reward_settings_from_config(args: ConGRPOConfig):
     """The :class:`medgrpo.rewards.RewardSettings` a Con-GRPO config describes."""
-    from medgrpo.rewards import RewardSettings
+    from medgrpo.rewards import JudgeSettings, RewardSettings
 
     kwargs: dict[str, Any] = dict(
         evidence_backend=args.evidence_backend,
         gate_on_correct=args.gate_on_correct,
         zero_on_format_failure=args.zero_on_format_failure,
+        grounding_metric=args.grounding_metric,
     )
     if args.evidence_weights is not None:
         kwargs["evidence_weights"] = tuple(args.evidence_weights)
     if args.evidence_backend == "judge":
-        kwargs["judge_model"] = args.judge_model
-        kwargs["judge_base_url"] = args.judge_base_url
+        judge: dict[str, Any] = dict(model=args.judge_model, api_key_env=args.judge_api_key_env or "")
+        if args.judge_base_url:
+            judge.update(transport="http", base_url=args.judge_base_url)
+        else:
+            judge.update(transport="local")
+        kwargs["judge"] = JudgeSettings(**judge)
     return RewardSettings(**kwargs)
 
 
