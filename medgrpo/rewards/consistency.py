@@ -1,0 +1,152 @@
+"""The ``consistency`` verifier: does the reasoning reach the conclusion the answer states?
+
+MedAD-R1 reports reasoning-answer consistency next to accuracy; CAPO/MCR find that rewarding this internal
+consistency works better than judging whether the reasoning is correct. The conclusion is read from the
+reasoning itself, never from the answer block:
+
+1. Commitments per sentence (:func:`committed`): option letters in explicit form ("the answer is C",
+   "option C", "(C)"), an option's text (through the lexicon, so "hyperdense nodule" names the option
+   "Bright mass"; the most specific option wins when one option's text contains another's), or, for options
+   that stand for a polarity ("Normal", "No lesion", "Yes" to "is there a lesion?"), the polarity the sentence
+   states. Denied mentions ("not C", "rather than a cyst") commit to nothing.
+2. The conclusion is the last sentence with a conclusion cue ("therefore", "consistent with", "the answer")
+   that commits to something; failing that, the last sentence that commits to something.
+
+Scores: the conclusion commits to the answer alone: 1.0; to the answer and k-1 other options (hedging): 1/k;
+not to the answer: 0.0 (contradiction); the reasoning states both polarities, or only the polarity opposite to
+the answer's: 0.0; no conclusion at all: :data:`NO_CONCLUSION`; no reasoning, or no valid answer: 0.0.
+Open-ended records: the free-text answer (or its lexicon concepts, or its yes/no polarity) must be asserted
+by the reasoning; denied: 0.0.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from medgrpo.rewards.accuracy import normalize_answer
+from medgrpo.rewards.claims import Reading, Sentence, read
+from medgrpo.rewards.facts import RecordFacts, option_polarity
+
+NO_CONCLUSION = 0.25
+"""Score of a reasoning that reaches no conclusion: low, but above an outright contradiction."""
+
+_OPPOSITE = {"normal": "abnormal", "abnormal": "normal"}
+_POLAR = frozenset(_OPPOSITE)
+
+
+class Verdict(NamedTuple):
+    """The consistency score and why: ``agree``, ``hedge``, ``contradict``, ``none`` (no conclusion) or
+    ``empty`` (no reasoning or no valid answer)."""
+
+    score: float
+    kind: str
+
+
+_NEGATORS = {"no", "not", "without", "than", "nor", "neither"}
+
+
+def _literal_in(low: str, phrase: str, start: int, end: int) -> bool:
+    """``phrase`` occurs in ``low[start:end]`` as whole words and not right after a negation ("not a cyst")."""
+    if not phrase:
+        return False
+    for m in re.finditer(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", low[start:end]):
+        before = low[max(start, start + m.start() - 16) : start + m.start()].split()[-2:]
+        if not _NEGATORS.intersection(before):
+            return True
+    return False
+
+
+def committed(sentence: Sentence, reading: Reading, facts: RecordFacts, letters: bool = True) -> frozenset[str]:
+    """The option letters one sentence commits to, not counting denied mentions:
+
+    * by letter (when ``letters``): "the answer is C", "option C", "(C)";
+    * an option that stands for a polarity ("no abnormality", "abnormality on the left side"): the sentence
+      states that polarity alone, and asserts the option's other concepts ("left");
+    * any other option: its text, word for word; or, when no other option has the same lexicon concepts
+      (the lexicon reads "nodule" and "mass" alike, so those two need their own words), its concepts.
+
+    When one matched option's concepts are a strict subset of another's, the more specific option wins.
+    """
+    hits = set(sentence.letters & set(facts.letters)) - sentence.denied_letters if letters else set()
+    by_text: list[int] = []
+    for i, concepts in enumerate(facts.option_concepts):
+        polarity = facts.option_polarity[i]
+        if polarity is not None:
+            if (polarity in sentence.polarity and _OPPOSITE[polarity] not in sentence.polarity
+                    and concepts - _POLAR <= sentence.asserted):
+                by_text.append(i)
+        elif concepts and concepts <= sentence.denied and not concepts <= sentence.asserted:
+            continue
+        elif _literal_in(reading.low, facts.option_literal[i], sentence.start, sentence.end) or (
+            concepts and concepts <= sentence.asserted and facts.option_concepts.count(concepts) == 1
+        ):
+            by_text.append(i)
+    for i in by_text:
+        concepts = facts.option_concepts[i]
+        if not any(j != i and concepts and concepts < facts.option_concepts[j] for j in by_text):
+            hits.add(facts.letters[i])
+    return frozenset(hits)
+
+
+def conclusion(reading: Reading, facts: RecordFacts) -> frozenset[str]:
+    """The options the reasoning's concluding sentence commits to (empty when it concludes nothing)."""
+    fallback: frozenset[str] = frozenset()
+    for sentence in reversed(reading.sentences):
+        hits = committed(sentence, reading, facts)
+        if hits:
+            if sentence.cue:
+                return hits
+            fallback = fallback or hits
+    return fallback
+
+
+def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
+    words = normalize_answer(answer)
+    if not words:
+        return Verdict(0.0, "empty")
+    if len(words) == 1 and words[0] in ("yes", "no"):
+        polarity = option_polarity(words[0], facts.question_low)
+        if polarity is not None and reading.polarity:
+            if reading.polarity == {polarity}:
+                return Verdict(1.0, "agree")
+            return Verdict(0.0, "contradict")
+        return Verdict(NO_CONCLUSION, "none")
+    concepts = read(answer).asserted
+    if concepts and concepts <= reading.denied and not concepts <= reading.asserted:
+        return Verdict(0.0, "contradict")
+    if (concepts and concepts <= reading.asserted) or _literal_in(reading.low, " ".join(words), 0, len(reading.low)):
+        return Verdict(1.0, "agree")
+    return Verdict(NO_CONCLUSION, "none")
+
+
+def consistency_verdict(reading: Reading | None, facts: RecordFacts, answer: str | None, choice: str | None) -> Verdict:
+    """Score reasoning-answer consistency (see the module docstring for the exact rules).
+
+    Args:
+        reading: the claims of the think block (None when there is none).
+        facts: the record's facts.
+        answer: the ``<answer>`` content (None unless exactly one answer block).
+        choice: the option letter the answer commits to (None when it is not a valid single option).
+    """
+    if reading is None or not reading.sentences:
+        return Verdict(0.0, "empty")
+    if not facts.is_mcq:
+        return _open_verdict(reading, facts, answer or "")
+    if choice is None:
+        return Verdict(0.0, "empty")
+    polarity = facts.option_polarity[facts.letters.index(choice)]
+    if polarity is not None and reading.polarity and polarity not in reading.polarity:
+        return Verdict(0.0, "contradict")
+    if polarity is not None and len(reading.polarity) == 2:
+        return Verdict(0.0, "contradict")
+    hits = conclusion(reading, facts)
+    if not hits:
+        if polarity is not None and reading.polarity == {polarity}:
+            return Verdict(1.0, "agree")
+        return Verdict(NO_CONCLUSION, "none")
+    if choice not in hits:
+        return Verdict(0.0, "contradict")
+    if len(hits) == 1:
+        return Verdict(1.0, "agree")
+    return Verdict(1.0 / len(hits), "hedge")

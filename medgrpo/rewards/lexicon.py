@@ -1,0 +1,203 @@
+"""The medical synonym lexicon the rule-based verifiers read text through.
+
+Every surface phrase maps to one *concept* (``"hyperintense"``, ``"hyperdense"`` and ``"bright"`` are all
+``bright``; ``"mass"``, ``"nodule"``, ``"tumour"`` are all ``mass``), and every concept belongs to one
+*category* (modality, anatomy, finding, ...). Two concepts of one category either agree (same concept, or a
+declared compatible pair such as MRI / contrast-enhanced MRI) or conflict (``left`` vs ``right``, ``CT`` vs
+``MRI``). The verifiers compare concepts, never raw words, so a reasoning that says "hyperdense nodule" agrees
+with a record whose evidence says ``finding: "mass", appearance: ["bright"]``.
+
+The lexicon is data: extend the tables below, nothing else has to change.
+"""
+
+from __future__ import annotations
+
+import re
+
+# category -> concept -> surface phrases (lower case; matched on word boundaries, hyphens and spaces alike).
+_TABLE: dict[str, dict[str, tuple[str, ...]]] = {
+    "modality": {
+        "ce_mri": ("ce-mri", "ce mri", "contrast-enhanced mri", "contrast enhanced mri", "post-contrast mri",
+                   "contrast-enhanced magnetic resonance"),
+        "mri": ("mri", "mr", "magnetic resonance", "magnetic resonance imaging", "t1-weighted", "t2-weighted",
+                "flair", "mr image", "mr scan"),
+        "ct": ("ct", "computed tomography", "ct scan", "cat scan"),
+        "xray": ("x-ray", "xray", "x ray", "radiograph", "radiography", "radiographic", "plain film", "cxr"),
+        "ultrasound": ("ultrasound", "ultrasonography", "sonography", "sonographic", "sonogram", "echography"),
+        "dermoscopy": ("dermoscopy", "dermoscopic", "dermatoscopy", "dermatoscopic", "dermoscope"),
+        "fundus": ("fundus", "fundus photograph", "fundus photography", "fundoscopy", "funduscopic",
+                   "retinal photograph", "colour fundus", "color fundus"),
+        "oct": ("oct", "optical coherence tomography"),
+        "endoscopy": ("endoscopy", "endoscopic", "colonoscopy", "colonoscopic", "gastroscopy"),
+        "microscopy": ("microscopy", "microscopic", "histology", "histopathology", "histological",
+                       "histopathological", "micrograph", "pathology slide", "whole slide"),
+        "pet": ("pet", "positron emission tomography"),
+        "mammography": ("mammography", "mammogram", "mammographic"),
+    },
+    "anatomy": {
+        "brain": ("brain", "cerebral", "cerebrum", "intracranial", "cranial", "head", "cerebellum",
+                  "hemisphere", "hemispheres", "parenchyma of the brain"),
+        "chest": ("chest", "thorax", "thoracic", "lung", "lungs", "pulmonary", "lung field", "lung fields"),
+        "heart": ("heart", "cardiac", "myocardium"),
+        "breast": ("breast", "breasts", "mammary"),
+        "abdomen": ("abdomen", "abdominal"),
+        "liver": ("liver", "hepatic"),
+        "kidney": ("kidney", "kidneys", "renal"),
+        "colon": ("colon", "colonic", "bowel", "colorectal", "rectum", "intestine", "intestinal"),
+        "stomach": ("stomach", "gastric"),
+        "pelvis": ("pelvis", "pelvic"),
+        "skin": ("skin", "cutaneous", "dermal", "epidermis"),
+        "eye": ("eye", "retina", "retinal", "ocular", "optic disc", "macula", "macular"),
+        "knee": ("knee", "knees"),
+        "spine": ("spine", "spinal", "vertebra", "vertebrae", "vertebral", "lumbar", "cervical spine"),
+        "hand": ("hand", "hands", "wrist", "finger", "fingers"),
+    },
+    "finding": {
+        "mass": ("mass", "masses", "nodule", "nodules", "nodular", "tumor", "tumour", "tumors", "tumours",
+                 "neoplasm", "neoplastic", "growth", "glioma", "carcinoma", "cancer", "malignancy", "metastasis",
+                 "metastases", "adenoma"),
+        "cyst": ("cyst", "cysts", "cystic"),
+        "abscess": ("abscess", "abscesses", "empyema"),
+        "hemorrhage": ("hemorrhage", "haemorrhage", "hemorrhagic", "haemorrhagic", "bleed", "bleeding",
+                       "hematoma", "haematoma"),
+        "infarct": ("infarct", "infarction", "infarcts", "stroke", "ischemia", "ischaemia", "ischemic",
+                    "ischaemic"),
+        "fracture": ("fracture", "fractures", "fractured"),
+        "effusion": ("effusion", "effusions", "fluid collection"),
+        "consolidation": ("consolidation", "pneumonia", "infiltrate", "infiltrates", "airspace opacity"),
+        "calcification": ("calcification", "calcifications", "calcified"),
+        "edema": ("edema", "oedema"),
+        "melanoma": ("melanoma", "melanocytic lesion"),
+        "nevus": ("nevus", "naevus", "nevi", "mole"),
+        "exudate": ("exudate", "exudates", "drusen"),
+        "polyp": ("polyp", "polyps"),
+        "ulcer": ("ulcer", "ulcers", "ulceration"),
+        "atrophy": ("atrophy", "atrophic"),
+        "inflammation": ("inflammation", "inflammatory"),
+    },
+    # A finding named only generically ("a lesion", "an abnormality"): agrees with every specific finding.
+    "generic": {
+        "abnormal": ("abnormal", "abnormality", "abnormalities", "anomaly", "anomalies", "anomalous", "lesion",
+                     "lesions", "pathology", "pathological", "focal finding", "focal findings"),
+    },
+    "normal": {
+        "normal": ("normal", "unremarkable", "healthy", "within normal limits", "no acute findings"),
+    },
+    "laterality": {
+        "left": ("left", "left-sided", "left sided", "sinistral"),
+        "right": ("right", "right-sided", "right sided", "dextral"),
+        "bilateral": ("bilateral", "bilaterally", "both sides"),
+    },
+    "location": {
+        "upper": ("upper", "superior", "top", "apical", "apex"),
+        "lower": ("lower", "inferior", "bottom", "basal"),
+        "central": ("central", "centre", "center", "centrally", "middle", "midline"),
+        "peripheral": ("peripheral", "periphery", "peripherally"),
+        "anterior": ("anterior", "ventral"),
+        "posterior": ("posterior", "dorsal"),
+    },
+    "appearance": {
+        "bright": ("bright", "brighter", "hyperintense", "hyperintensity", "hyperdense", "hyperdensity",
+                   "hyperechoic", "hyperreflective", "radiopaque", "high signal", "high intensity",
+                   "high density", "enhancing"),
+        "dark": ("dark", "darker", "hypointense", "hypointensity", "hypodense", "hypodensity", "hypoechoic",
+                 "anechoic", "hyporeflective", "radiolucent", "lucent", "low signal", "low intensity",
+                 "low density"),
+        "round": ("round", "rounded", "circular", "oval", "ovoid", "spherical", "elliptical"),
+        "irregular": ("irregular", "irregularly", "lobulated", "spiculated", "ill-defined", "ill defined",
+                      "poorly defined", "infiltrative", "jagged"),
+        "well_defined": ("well-defined", "well defined", "circumscribed", "well-circumscribed",
+                         "sharply defined", "sharp margins", "smooth margins", "smooth"),
+        "heterogeneous": ("heterogeneous", "heterogeneously", "mixed", "mottled"),
+        "homogeneous": ("homogeneous", "homogeneously", "uniform"),
+        "pigmented": ("pigmented", "brown", "pigmentation"),
+    },
+    "size": {
+        "large": ("large", "big", "sizeable", "extensive", "huge"),
+        "small": ("small", "tiny", "subtle", "minute", "punctate"),
+        "medium": ("medium", "moderate", "moderate-sized", "medium-sized", "intermediate"),
+    },
+}
+
+CATEGORY: dict[str, str] = {c: cat for cat, concepts in _TABLE.items() for c in concepts}
+"""concept -> its category."""
+
+PHRASES: dict[str, str] = {}
+"""normalised surface phrase -> concept."""
+
+
+def norm_phrase(text: str) -> str:
+    """Lower case, hyphens/underscores/slashes as spaces, single spaces: how phrases and texts are compared."""
+    return " ".join(re.sub(r"[-_/]", " ", text.lower()).split())
+
+
+for _cat, _concepts in _TABLE.items():
+    for _concept, _phrases in _concepts.items():
+        for _p in (_concept.replace("_", " "), *_phrases):
+            PHRASES.setdefault(norm_phrase(_p), _concept)
+
+# Concepts that agree although they differ (symmetric); every other pair in a category conflicts. Anatomy
+# concepts are body regions: structures seen in many regions (bone, vessels, tissue) are deliberately absent,
+# a reasoning naming them claims nothing about which region is shown.
+_COMPATIBLE = {
+    frozenset(p)
+    for p in (
+        ("mri", "ce_mri"), ("chest", "heart"), ("chest", "breast"), ("abdomen", "liver"), ("abdomen", "kidney"),
+        ("abdomen", "colon"), ("abdomen", "stomach"), ("abdomen", "pelvis"), ("pelvis", "colon"),
+        ("spine", "chest"), ("spine", "abdomen"), ("skin", "breast"), ("skin", "abdomen"), ("fundus", "eye"), ("abscess", "cyst"),
+        ("mass", "cyst"), ("mass", "calcification"), ("mass", "melanoma"), ("nevus", "melanoma"),
+        ("hemorrhage", "infarct"), ("hemorrhage", "exudate"), ("edema", "mass"), ("consolidation", "effusion"),
+    )
+}
+
+OPPOSITES: dict[str, frozenset[str]] = {
+    "left": frozenset({"right"}), "right": frozenset({"left"}),
+    "upper": frozenset({"lower"}), "lower": frozenset({"upper"}),
+    "central": frozenset({"peripheral"}), "peripheral": frozenset({"central"}),
+    "anterior": frozenset({"posterior"}), "posterior": frozenset({"anterior"}),
+    "bright": frozenset({"dark"}), "dark": frozenset({"bright"}),
+    "irregular": frozenset({"well_defined"}), "well_defined": frozenset({"irregular"}),
+    "heterogeneous": frozenset({"homogeneous"}), "homogeneous": frozenset({"heterogeneous"}),
+    "large": frozenset({"small"}), "small": frozenset({"large"}),
+}
+"""Descriptor concepts that cannot both describe one finding (for laterality, location, appearance, size)."""
+
+EXCLUSIVE_CATEGORIES = ("modality", "anatomy", "finding")
+"""Categories where an image has one value: any two incompatible concepts conflict."""
+
+
+def agree(a: str, b: str) -> bool:
+    """True when concept ``a`` (claimed) is compatible with concept ``b`` (the record's)."""
+    return a == b or frozenset((a, b)) in _COMPATIBLE
+
+
+def conflict(a: str, b: str) -> bool:
+    """True when two concepts claimed of the same image (or the same finding) cannot both hold."""
+    if a == b or frozenset((a, b)) in _COMPATIBLE:
+        return False
+    if b in OPPOSITES.get(a, ()):
+        return True
+    cat = CATEGORY.get(a)
+    return cat in EXCLUSIVE_CATEGORIES and cat == CATEGORY.get(b)
+
+
+def trie_pattern(phrases: list[str]) -> str:
+    """A regex matching any of ``phrases`` (longest first), factored as a prefix trie so that a scan rejects
+    most positions after one character instead of trying every phrase in turn."""
+    root: dict[str, dict] = {}
+    for phrase in phrases:
+        node = root
+        for ch in phrase:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, dict]) -> str:
+        alts = [re.escape(ch) + emit(sub) for ch, sub in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if "" in node:
+            return f"(?:{body})?"
+        return body
+
+    return emit(root)

@@ -1,0 +1,153 @@
+"""The one parser of the output grammar (:mod:`medgrpo.prompts`): completion -> think, answer, cited boxes.
+
+Rewards and evaluation both read completions through :func:`parse_completion`, so what is optimised and what
+is reported cannot disagree on what a completion said. Parsing is cached on the text because TRL calls every
+reward function separately on the same completions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from medgrpo.data.record import LETTERS
+from medgrpo.prompts import ANSWER_CLOSE, ANSWER_OPEN, BOX_CLOSE, BOX_OPEN, BOX_RE, THINK_CLOSE, THINK_OPEN
+
+_STRICT_RE = re.compile(r"\A\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*\Z", re.DOTALL)
+_ANY_TAG_RE = re.compile(r"</?\s*(?:think|answer|box)\s*>", re.IGNORECASE)
+_EXACT_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE, BOX_OPEN, BOX_CLOSE)
+_CHOICE_RE = re.compile(r"\A\(?([A-J])\)?(?:\s*[.:)\-]\s*(.*))?\Z", re.DOTALL)
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class ParsedCompletion:
+    """What one completion says, read leniently, plus whether it follows the grammar strictly.
+
+    Attributes:
+        text: the completion text.
+        think: the first ``<think>...</think>`` block's content (None when there is none).
+        answer: the ``<answer>`` block's content, stripped; None unless there is exactly one answer block.
+        boxes: every well-formed, finite ``<box>[x1, y1, x2, y2]</box>`` cited in the reasoning (in the
+            model's convention, in order); taken from the whole text when there is no think block.
+        n_bad_boxes: ``<box>`` tags that are not a well-formed finite box (malformed, NaN, inf).
+        strict: exactly one non-empty think block then one answer block, nothing but whitespace around
+            them, no other grammar tag (in any letter case) except well-formed boxes inside the think block,
+            no tag inside the answer.
+    """
+
+    text: str
+    think: str | None
+    answer: str | None
+    boxes: tuple[Box, ...]
+    n_bad_boxes: int
+    strict: bool
+
+
+def completion_text(completion: Any) -> str:
+    """The assistant text of a completion: a string, or TRL's conversational list of messages.
+
+    Message contents may be strings or lists of content blocks (``{"type": "text", "text": ...}``); anything
+    else (None, numbers, images) contributes nothing, so malformed input reads as an empty completion.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    if not isinstance(completion, list | tuple):
+        return ""
+    parts: list[str] = []
+    for message in completion:
+        content = message.get("content") if isinstance(message, dict) else message
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list | tuple):
+            for block in content:
+                if isinstance(block, dict) and isinstance(block.get("text"), str):
+                    parts.append(block["text"])
+                elif isinstance(block, str):
+                    parts.append(block)
+    return "".join(parts)
+
+
+def _boxes(text: str) -> tuple[tuple[Box, ...], int]:
+    boxes: list[Box] = []
+    for m in BOX_RE.finditer(text):
+        try:
+            box = tuple(float(g) for g in m.groups())
+        except (OverflowError, ValueError):
+            continue
+        if all(math.isfinite(v) for v in box):
+            boxes.append(box)  # type: ignore[arg-type]
+    return tuple(boxes), text.count(BOX_OPEN) - len(boxes)
+
+
+@lru_cache(maxsize=1 << 15)
+def _parse_text(text: str) -> ParsedCompletion:
+    n_answer_open = text.count(ANSWER_OPEN)
+    answer = None
+    if n_answer_open == 1 and text.count(ANSWER_CLOSE) == 1:
+        start = text.index(ANSWER_OPEN) + len(ANSWER_OPEN)
+        end = text.find(ANSWER_CLOSE, start)
+        if end >= 0:
+            answer = text[start:end].strip()
+    think = None
+    t0 = text.find(THINK_OPEN)
+    if t0 >= 0:
+        t1 = text.find(THINK_CLOSE, t0)
+        if t1 >= 0:
+            think = text[t0 + len(THINK_OPEN) : t1]
+    boxes, n_bad = _boxes(think if think is not None else text)
+
+    strict = False
+    m = _STRICT_RE.match(text)
+    if m and answer is not None and think is not None and think.strip() and answer:
+        counts = [text.count(tag) for tag in _EXACT_TAGS]
+        n_tags = len(_ANY_TAG_RE.findall(text))
+        strict = (
+            counts[:4] == [1, 1, 1, 1]
+            and counts[4] == counts[5] == len(boxes)
+            and n_bad == 0
+            and n_tags == 4 + 2 * len(boxes)
+            and "<" not in answer
+        )
+    return ParsedCompletion(text, think, answer, boxes, n_bad, strict)
+
+
+def parse_completion(completion: Any) -> ParsedCompletion:
+    """Parse a completion (string or TRL conversational list; anything else reads as empty). Never raises."""
+    return _parse_text(completion_text(completion))
+
+
+def choice_of(answer: str | None, options: tuple[str, ...] | list[str], strict: bool = False) -> str | None:
+    """The option letter an ``<answer>`` content commits to, or None.
+
+    Strict: exactly one letter valid for this record (``A`` .. the ``len(options)``-th letter). Lenient (what
+    accuracy uses): also ``(B)``, ``B.``, ``B: <that option's text>``, or the text of exactly one option.
+    Several letters (``"AB"``, ``"A, B"``), a letter beyond the options, or a letter whose text names another
+    option are never a choice.
+    """
+    if not answer or not options:
+        return None
+    letters = LETTERS[: len(options)]
+    if strict:
+        return answer if len(answer) == 1 and answer in letters else None
+    m = _CHOICE_RE.match(answer)
+    if m:
+        letter, rest = m.group(1), m.group(2)
+        if letter not in letters:
+            return None
+        if not rest or _norm(rest) == _norm(options[letters.index(letter)]):
+            return letter
+        return None
+    target = _norm(answer)
+    hits = [letters[i] for i, o in enumerate(options) if _norm(o) == target]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())

@@ -1,0 +1,88 @@
+"""The TRL reward functions: thin wrappers over :mod:`medgrpo.rewards.verify`, registered by name.
+
+TRL (``GRPOTrainer._calculate_rewards``) calls each function as
+``f(prompts=..., completions=..., completion_ids=..., **dataset_columns, trainer_state=..., log_extra=...,
+log_metric=...)`` and logs ``rewards/<__name__>/mean``. Each function returns one float per completion, or None
+where it does not apply (TRL turns None into NaN and ignores it). They never raise: a malformed completion or
+column scores like an empty one; an unexpected internal error is logged once and scores 0 (None for grounding).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from medgrpo.rewards.columns import rows_from_columns
+from medgrpo.rewards.parsing import completion_text
+from medgrpo.rewards.settings import RewardSettings
+from medgrpo.rewards.verify import CRITERION_KEYS, DEFAULT_SETTINGS, assemble
+
+logger = logging.getLogger(__name__)
+
+REWARD_NAMES: tuple[str, ...] = ("format", "accuracy", "consistency", "evidence", "grounding")
+
+
+class RewardFunction:
+    """One named reward for TRL's ``reward_funcs`` (a picklable callable; ``__name__`` is the reward name)."""
+
+    def __init__(self, name: str, settings: RewardSettings | None = None) -> None:
+        if name not in REWARD_NAMES:
+            raise ValueError(f"unknown reward '{name}' (available: {', '.join(REWARD_NAMES)})")
+        self.__name__ = name
+        self.settings = settings or DEFAULT_SETTINGS
+        self._warned = False
+
+    def __repr__(self) -> str:
+        return f"RewardFunction({self.__name__!r})"
+
+    def __call__(self, prompts: Any = None, completions: Any = None, **columns: Any) -> list[float | None]:
+        name, settings = self.__name__, self.settings
+        completions = list(completions) if isinstance(completions, list | tuple) else []
+        texts = [completion_text(c) for c in completions]
+        rows = rows_from_columns(columns, len(texts))
+        judged: list[Any] = [None] * len(texts)
+        if name == "evidence" and settings.evidence_backend == "judge":
+            from medgrpo.rewards.judge import judge_for
+
+            judge = judge_for(settings.judge)
+            judged = judge.score([(t, record) for t, (record, _, _) in zip(texts, rows, strict=True)])
+        results: list[dict[str, float | None] | None] = []
+        for text, (_, frame, facts), j in zip(texts, rows, judged, strict=True):
+            try:
+                results.append(assemble(text, facts, frame, settings, j))
+            except Exception:  # never stop training over one completion; the tests hunt these down
+                if not self._warned:
+                    logger.exception("reward '%s' failed on a completion; scoring it 0", name)
+                    self._warned = True
+                results.append(None)
+        out = [_value(r, name) for r in results]
+        log_metric = columns.get("log_metric")
+        if name == "evidence" and callable(log_metric):
+            for key in CRITERION_KEYS:
+                values = [r[key] for r in results if r is not None and r[key] is not None]
+                if values:
+                    log_metric(key, sum(values) / len(values))
+        return out
+
+
+def _value(result: dict[str, float | None] | None, name: str) -> float | None:
+    if result is None:
+        return None if name == "grounding" else 0.0
+    value = result[name]
+    if value is None:
+        return None
+    return value if math.isfinite(value) else 0.0
+
+
+def build_reward_funcs(names: list[str] | tuple[str, ...], settings: RewardSettings | None = None) -> list:
+    """The TRL reward functions for ``names`` (e.g. a recipe's ``reward_funcs``), sharing one settings object.
+
+    Raises:
+        ValueError: an unknown name (the message lists the available ones).
+    """
+    return [RewardFunction(name, settings) for name in names]
+
+
+REWARDS: dict[str, RewardFunction] = {name: RewardFunction(name) for name in REWARD_NAMES}
+"""Name -> TRL reward function with the default settings (rule evidence backend, no shaping)."""

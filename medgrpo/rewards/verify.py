@@ -1,0 +1,102 @@
+"""``verify``: every verifier on one completion, the pure function both training rewards and evaluation use.
+
+The raw verifier outputs are cached per (completion text, record facts, frame, grounding metric), so TRL calling
+five reward functions on the same batch parses and reads each completion once. Shaping (``gate_on_correct``,
+``zero_on_format_failure``) is applied on top, identically for :func:`verify` and the reward functions.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from medgrpo.data.boxes import BoxFrame
+from medgrpo.data.record import MedADRecord
+from medgrpo.rewards.accuracy import accuracy_score
+from medgrpo.rewards.claims import read
+from medgrpo.rewards.consistency import consistency_verdict
+from medgrpo.rewards.evidence import combine, evidence_criteria
+from medgrpo.rewards.facts import RecordFacts, facts_of
+from medgrpo.rewards.format import format_score
+from medgrpo.rewards.grounding import grounding_score
+from medgrpo.rewards.parsing import choice_of, completion_text, parse_completion
+from medgrpo.rewards.settings import CRITERIA, RewardSettings
+
+CRITERION_KEYS: tuple[str, ...] = tuple(f"evidence/{c}" for c in CRITERIA)
+KEYS: tuple[str, ...] = ("format", "accuracy", "consistency", "evidence", *CRITERION_KEYS, "grounding")
+"""The keys of :func:`verify`'s result, in order."""
+
+DEFAULT_SETTINGS = RewardSettings()
+
+
+@lru_cache(maxsize=1 << 15)
+def raw_scores(text: str, facts: RecordFacts, frame: BoxFrame | None, metric: str = "iou") -> tuple:
+    """(format, accuracy, consistency, grounding, rule criteria) of one completion, unshaped. Cached."""
+    parsed = parse_completion(text)
+    reading = read(parsed.think) if parsed.think is not None else None
+    choice = choice_of(parsed.answer, facts.options) if facts.is_mcq else None
+    verdict = consistency_verdict(reading, facts, parsed.answer, choice)
+    criteria = evidence_criteria(parsed, reading or read(""), facts, frame, choice, verdict, metric)
+    return (
+        format_score(parsed, facts),
+        accuracy_score(parsed, facts),
+        verdict.score,
+        grounding_score(parsed, facts, frame, metric),
+        tuple(criteria[c] for c in CRITERIA),
+    )
+
+
+def assemble(
+    text: str,
+    facts: RecordFacts,
+    frame: BoxFrame | None,
+    settings: RewardSettings,
+    judged: dict[str, float | None] | None = None,
+) -> dict[str, float | None]:
+    """The result dict of :func:`verify`; ``judged`` replaces the rule criteria (judge backend)."""
+    fmt, acc, cons, ground, rule = raw_scores(text, facts, frame, settings.grounding_metric)
+    criteria: dict[str, float | None] = dict(zip(CRITERIA, rule, strict=True)) if judged is None else judged
+    evidence = combine(criteria, settings.evidence_weights)
+    if settings.gate_on_correct:
+        cons *= acc
+        evidence = None if evidence is None else evidence * acc
+    if settings.zero_on_format_failure and fmt == 0.0:
+        acc = cons = 0.0
+        evidence = None if evidence is None else 0.0
+        ground = None if ground is None else 0.0
+    out: dict[str, float | None] = {"format": fmt, "accuracy": acc, "consistency": cons, "evidence": evidence}
+    for c, key in zip(CRITERIA, CRITERION_KEYS, strict=True):
+        out[key] = criteria.get(c)
+    out["grounding"] = ground
+    return out
+
+
+def verify(
+    completion: Any,
+    record: MedADRecord,
+    frame: BoxFrame | None = None,
+    settings: RewardSettings | None = None,
+) -> dict[str, float | None]:
+    """Score one completion against its record with every verifier.
+
+    Args:
+        completion: a string or TRL's conversational list of messages (anything else reads as empty).
+        record: the record the completion answers.
+        frame: the box frame of ``record.images[0]`` (model convention <-> original pixels); without it, cited
+            boxes are taken to be in original pixels already.
+        settings: backend, weights and shaping (:class:`RewardSettings`); defaults when None.
+
+    Returns:
+        ``format``, ``accuracy``, ``consistency``, ``evidence`` (the weighted criteria, shaped like the reward),
+        ``evidence/<criterion>`` for MedAD-R1's five criteria (raw, never gated), ``grounding`` (None when the
+        record has no box). Every value is finite and in [0, 1], or None where not applicable.
+    """
+    settings = settings or DEFAULT_SETTINGS
+    text = completion_text(completion)
+    facts = facts_of(record)
+    judged = None
+    if settings.evidence_backend == "judge":
+        from medgrpo.rewards.judge import judge_for
+
+        judged = judge_for(settings.judge).score([(text, record)])[0]
+    return assemble(text, facts, frame, settings, judged)
