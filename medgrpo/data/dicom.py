@@ -80,7 +80,7 @@ def _first(value: Any) -> float:
 
 
 def _select_frames(n_frames: int, frames: str | tuple[int, ...], path: Path) -> list[int]:
-    if frames == "middle":
+    if n_frames == 1 or frames == "middle":  # a frame choice only applies to multi-frame files
         return [n_frames // 2]
     if frames == "all":
         return list(range(n_frames))
