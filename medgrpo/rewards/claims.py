@@ -31,7 +31,7 @@ _FINDING_CATS = ("finding", "generic")
 # word or phrase -> its kind; lexicon phrases are kind "c" (concept).
 _CUES: dict[str, str] = {
     **dict.fromkeys(("absent", "not seen", "not present", "not identified", "not visible", "not evident",
-                     "not observed", "ruled out", "excluded"), "post"),
+                     "not observed", "not shown", "not depicted", "ruled out", "excluded"), "post"),
     **dict.fromkeys(("but", "however", "whereas", "although", "though", "while", "yet"), "clause"),
     **dict.fromkeys(("otherwise", "surrounding", "remaining", "rest of", "background", "adjacent",
                      "contralateral", "elsewhere"), "neut"),
