@@ -102,7 +102,8 @@ def _score_batch(gen: Generator, spec: DatasetSpec, records: list[MedADRecord], 
     under ``on_bad_record: skip`` and stop the run otherwise."""
     from medgrpo.data.images import ImageError
     from medgrpo.data.preprocess import prepare_images
-    from medgrpo.rewards import parse_completion, verify
+    from medgrpo.rewards.parsing import parse_completion
+    from medgrpo.rewards.verify import verify
 
     prompts, frames, kept = [], [], []
     for r in records:

@@ -65,7 +65,7 @@ def check_model_dir(model_path: str | Path) -> Path:
         raise ModelLoadError(f"{path}: no config.json; not a saved model folder")
     if not any((path / f).is_file() for f in _PROCESSOR_FILES):
         raise ModelLoadError(
-            f"{path}: no processor (preprocessor_config.json); save it beside the weights with "
+            f"{path}: no processor (processor_config.json / preprocessor_config.json); save it beside the weights with "
             "processor.save_pretrained(...) so evaluation sees the training pixel limits"
         )
     return path

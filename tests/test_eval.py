@@ -1,0 +1,206 @@
+"""The evaluation harness end to end: CLI on MedAD-Synth with tiny models, resume, bad inputs, reports, compare."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from medgrpo.data import load_records
+from medgrpo.data.boxes import ImageGrid
+from medgrpo.eval.cli import main
+from medgrpo.eval.evaluate import EvalError, evaluate, read_predictions
+from medgrpo.eval.generate import Completion, ModelLoadError, TransformersGenerator
+from medgrpo.eval.report import compare
+from medgrpo.eval.suites import SuiteError, load_suite
+from medgrpo.prompts import build_target, instruction
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _suite(tmp_path: Path, data: Path, limit: int | None = None) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(f"name: t\ndatasets:\n  - name: synth\n    path: {data}\n    split: test\n"
+                    + (f"    limit: {limit}\n" if limit else ""), encoding="utf-8")
+    return path
+
+
+def test_cli_end_to_end_on_synth(tiny_model_dirs, synth_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["--model", str(tiny_model_dirs["qwen2_5_vl"]), "--suite", str(_suite(tmp_path, synth_dir, 12)),
+               "--out", str(out), "--batch-size", "4", "--max-new-tokens", "12", "--num-samples", "2",
+               "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    rows = read_predictions(out / "predictions.jsonl")
+    assert len(rows) == 12 and len({r["id"] for r in rows}) == 12
+    assert all(len(r["samples"]) == 2 for r in rows)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["schema_version"] == 1
+    ds = metrics["datasets"]["synth"]
+    assert ds["overall"]["n"] == 12 and 0.0 <= ds["overall"]["accuracy"]["value"] <= 1.0
+    assert set(ds["by_task"]) == {r["task"] for r in rows}
+    n_anomaly = sum(r["task"] == "anomaly_detection" for r in rows)
+    assert n_anomaly and ds["anomaly"]["n_scored"] == n_anomaly
+    for r in rows:
+        if r["task"] == "anomaly_detection":
+            assert sum(r["letter_probs"].values()) == pytest.approx(1.0, abs=1e-5)
+    assert ds["baselines"]["random_option"]["accuracy"] == 0.25
+    assert ds["baselines"]["majority_answer"]["fit_on"] == "train"
+    assert ds["sampling"]["k"] == 2
+    report = (out / "report.md").read_text()
+    assert "chance: random option" in report and "| anomaly_detection |" in report
+    for png in ("per_task_synth.png", "reliability_synth.png"):
+        with Image.open(out / png) as im:
+            assert im.size[0] > 100
+    assert "synth: 12 records" in capsys.readouterr().out
+
+
+def test_rel1000_architecture_runs(tiny_model_dirs, synth_dir, tmp_path):
+    metrics = evaluate(tiny_model_dirs["qwen3_vl"], _suite(tmp_path, synth_dir, 4), tmp_path / "run",
+                       batch_size=4, max_new_tokens=8, n_boot=50, progress=False)
+    assert metrics["datasets"]["synth"]["overall"]["n"] == 4
+
+
+class _Recorder:
+    """Wraps a real generator: counts the records it generates for, and can fail on a chosen call."""
+
+    def __init__(self, inner: TransformersGenerator, fail_on_call: int | None = None):
+        self.inner, self.grid, self.fail_on_call = inner, inner.grid, fail_on_call
+        self.calls = self.records = 0
+
+    def generate(self, batch, **kwargs):
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise KeyboardInterrupt  # what a killed run looks like from inside the loop
+        self.records += len(batch)
+        return self.inner.generate(batch, **kwargs)
+
+    def letter_probs(self, *args):
+        return self.inner.letter_probs(*args)
+
+
+def test_resume_after_interruption(tiny_model_dirs, synth_dir, tmp_path):
+    gen = TransformersGenerator(tiny_model_dirs["qwen2_5_vl"])
+    suite = _suite(tmp_path, synth_dir, 10)
+    kw = dict(batch_size=4, max_new_tokens=10, n_boot=50, progress=False)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(gen.model.name_or_path, suite, out, generator=_Recorder(gen, fail_on_call=2), **kw)
+    assert len(read_predictions(out / "predictions.jsonl")) == 4 and not (out / "metrics.json").exists()
+    with open(out / "predictions.jsonl", "a") as fh:
+        fh.write('{"dataset": "synth", "id": "tor')  # the kill landed mid-write
+    again = _Recorder(gen)
+    resumed = evaluate(gen.model.name_or_path, suite, out, generator=again, **kw)
+    assert again.records == 6  # only the records the first run did not finish
+    rows = read_predictions(out / "predictions.jsonl")
+    assert len(rows) == 10 and len({r["id"] for r in rows}) == 10
+    fresh = evaluate(gen.model.name_or_path, suite, tmp_path / "fresh", generator=gen, **kw)
+    by_id = {r["id"]: r["completion"] for r in read_predictions(tmp_path / "fresh" / "predictions.jsonl")}
+    assert {r["id"]: r["completion"] for r in rows} == by_id
+    assert resumed["datasets"]["synth"]["overall"] == fresh["datasets"]["synth"]["overall"]
+    nothing = _Recorder(gen)
+    evaluate(gen.model.name_or_path, suite, out, generator=nothing, **kw)
+    assert nothing.records == 0
+    with pytest.raises(EvalError, match="max_new_tokens"):
+        evaluate(gen.model.name_or_path, suite, out, generator=gen, **{**kw, "max_new_tokens": 11})
+
+
+def test_missing_dataset_path_names_path_and_command(tiny_model_dirs, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["--model", str(tiny_model_dirs["qwen2_5_vl"]), "--suite", str(REPO / "eval/suites/medad-synth.yaml"),
+               "--out", "out"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert str(tmp_path / "data/medad-synth") in err and "medgrpo synth --out data/medad-synth" in err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_shipped_suites_parse_and_say_how_to_get_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    suites = sorted((REPO / "eval/suites").glob("*.yaml"))
+    assert {p.stem for p in suites} >= {"medad-synth", "vqa-rad", "slake", "pathvqa", "pmc-vqa", "omnimedvqa",
+                                         "medad-38k"}
+    for path in suites:
+        for spec in load_suite(path).datasets:
+            with pytest.raises(SuiteError, match="create it with: medgrpo"):
+                spec.check_exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("datasets: []\n", "non-empty list"),
+    ("datasets:\n  - {name: a}\n", "field 'path'"),
+    ("datasets:\n  - {name: a, path: b, limt: 3}\n", "unknown key 'limt'"),
+    ("datasets:\n  - {name: a, path: b, limit: 0}\n", "field 'limit'"),
+    ("datasets: [\n", "not valid YAML"),
+])
+def test_bad_suite_is_one_line(tmp_path, text, message):
+    path = tmp_path / "s.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SuiteError, match=message) as info:
+        load_suite(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_model_folder_without_processor(tiny_model_dirs, synth_dir, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny_model_dirs["qwen2_5_vl"], bare)
+    (bare / "processor_config.json").unlink()  # transformers 5 saves the image processor in here
+    (bare / "preprocessor_config.json").unlink(missing_ok=True)
+    rc = main(["--model", str(bare), "--suite", str(_suite(tmp_path, synth_dir, 2)), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("medgrpo: ") and "no processor" in err and len(err.splitlines()) == 1
+    with pytest.raises(ModelLoadError, match="LoRA adapter"):
+        (tmp_path / "lora").mkdir()
+        (tmp_path / "lora" / "adapter_config.json").write_text("{}")
+        TransformersGenerator(tmp_path / "lora")
+
+
+class _Scripted:
+    """A generator test double: answers each prompt with a completion chosen from its record (real grid)."""
+
+    def __init__(self, records, root: Path, write):
+        self.grid = ImageGrid("abs", 28, 56 * 56, 112 * 112)
+        self.by_text = {}
+        for r in records:
+            with Image.open(root / r.images[0]) as im:
+                frame = self.grid.frame(*im.size)
+            self.by_text[instruction(r, "abs")] = (r, frame)
+        self.write = write
+
+    def generate(self, batch, num_samples=1, sample=False, **kwargs):
+        out = []
+        for i, p in enumerate(batch):
+            record, frame = self.by_text[p.messages[-1]["content"]]
+            out.append([Completion(self.write(record, frame, i), 7)] * (num_samples if sample else 1))
+        return out
+
+    def letter_probs(self, batch, prefixes, letters):
+        return [{L: 1 / len(opts) for L in opts} for opts in letters]
+
+
+BROKEN = ["", "<think>I see a lesion in the left lobe.</think>", "<think>x</think>\n<answer></answer>",
+          "<answer>Z</answer>", "<think><answer>A", "<ANSWER>A</ANSWER>"]
+
+
+def test_no_answer_is_wrong_and_format_failure_and_compare(synth_dir, tmp_path, capsys):
+    records = load_records(synth_dir, split="test")[:12]
+    gold = _Scripted(records, synth_dir, lambda r, frame, i: build_target(r, frame))
+    broken = _Scripted(records, synth_dir, lambda r, frame, i: BROKEN[i % len(BROKEN)])
+    suite = _suite(tmp_path, synth_dir, 12)
+    kw = dict(batch_size=6, n_boot=100, progress=False)
+    good = evaluate("gold-model", suite, tmp_path / "gold", generator=gold, **kw)["datasets"]["synth"]
+    bad = evaluate("broken-model", suite, tmp_path / "broken", generator=broken, **kw)["datasets"]["synth"]
+    assert good["overall"]["accuracy"]["value"] == 1.0 and good["overall"]["format_failure_rate"]["value"] == 0.0
+    assert good["overall"]["grounding_acc50"]["value"] == 1.0
+    assert bad["overall"]["accuracy"]["value"] == 0.0 and bad["overall"]["format_failure_rate"]["value"] == 1.0
+    assert all(c["macro_f1"] == 0.0 for c in bad["classification"].values())
+    assert (tmp_path / "broken" / "report.md").is_file()
+    text = compare([tmp_path / "gold", tmp_path / "broken"], n_boot=100)
+    line = next(x for x in text.splitlines() if x.startswith("synth") and " accuracy " in x)
+    assert "-100.0" in line and line.rstrip().endswith("12")
+    assert main(["--compare", str(tmp_path / "gold"), str(tmp_path / "broken")]) == 0
+    assert "format failures" in capsys.readouterr().out
+    assert main(["--compare", str(tmp_path / "gold"), str(tmp_path / "nowhere")]) == 2
