@@ -252,3 +252,41 @@ def write_dicom(
         ds.compress(RLELossless)
     ds.save_as(path, enforce_file_format=True)
     return Path(path)
+
+
+PIXEL_KEYWORDS = (
+    "SOPClassUID", "Modality", "Rows", "Columns", "SamplesPerPixel", "PhotometricInterpretation",
+    "PlanarConfiguration", "BitsAllocated", "BitsStored", "HighBit", "PixelRepresentation", "NumberOfFrames",
+    "RescaleSlope", "RescaleIntercept", "RescaleType", "ModalityLUTSequence", "VOILUTSequence", "WindowCenter",
+    "WindowWidth", "VOILUTFunction", "PixelSpacing", "PixelPaddingValue", "PixelData",
+)
+"""The only tags a de-identified copy keeps: what decoding and windowing need (plus modality and spacing)."""
+
+
+def deidentify_dicom(src: str | Path, dst: str | Path) -> Path:
+    """Copy a DICOM file keeping only :data:`PIXEL_KEYWORDS` and fresh UIDs, so a converted dataset never
+    carries patient names, IDs, dates, institutions or linkable instance UIDs.
+
+    Raises:
+        DicomError: the source is not a readable DICOM file.
+    """
+    import pydicom
+    from pydicom.dataset import FileDataset, FileMetaDataset
+    from pydicom.uid import generate_uid
+
+    try:
+        ds = pydicom.dcmread(src)
+    except Exception as exc:  # any parse failure: report the file, not the parser's internals
+        raise DicomError(f"{src}: not a readable DICOM file ({type(exc).__name__})") from None
+    ts = ds.file_meta.get("TransferSyntaxUID") if hasattr(ds, "file_meta") else None
+    meta = FileMetaDataset()
+    meta.TransferSyntaxUID = ts or pydicom.uid.ExplicitVRLittleEndian
+    meta.MediaStorageSOPClassUID = ds.get("SOPClassUID", pydicom.uid.SecondaryCaptureImageStorage)
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    out = FileDataset(str(dst), {}, file_meta=meta, preamble=b"\0" * 128)
+    for keyword in PIXEL_KEYWORDS:
+        if keyword in ds:
+            out[keyword] = ds[keyword]
+    out.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+    out.save_as(dst, enforce_file_format=True)
+    return Path(dst)

@@ -1,7 +1,7 @@
 """What every adapter shares: the row type adapters yield, answer normalisation, and the atomic folder writer.
 
 An adapter only reads its source layout and yields :class:`SourceRow` objects (record fields + where the images
-come from). :func:`write_dataset` copies the images, validates every row with the record schema, drops bad rows
+come from). :func:`write_dataset` copies the images (DICOM de-identified: pixel tags only), validates every row with the record schema, drops bad rows
 with the reason, and writes ``<split>.jsonl`` + ``images/`` + a ``README.md`` dataset card into a temporary folder
 that is renamed into place only when complete (never a half-written dataset).
 """
@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medgrpo.data.dicom import DicomError, deidentify_dicom
+from medgrpo.data.images import is_dicom
 from medgrpo.data.record import LETTERS, RecordError, record_from_dict
 
 SPLITS = ("train", "validation", "test")
@@ -119,6 +121,11 @@ def _materialise(ref: ImageRef, images_dir: Path, done: dict[str, str], input_ro
     target.parent.mkdir(parents=True, exist_ok=True)
     if ref.data is not None:
         target.write_bytes(ref.data)
+    elif ref.path is not None and ref.path.is_file() and is_dicom(ref.path):
+        try:
+            deidentify_dicom(ref.path, target)  # only pixel-relevant tags travel (PHI safety)
+        except DicomError as exc:
+            raise RecordError(f"field 'images': {exc}") from None
     elif ref.path is not None and ref.path.is_file():
         shutil.copyfile(ref.path, target)
     else:
@@ -151,7 +158,8 @@ def _card(adapter: Adapter, input_path: Path, report: ConvertReport, mapping: di
         f"- input: `{input_path.name}`",
         f"- records: {total} ({', '.join(f'{s}: {n}' for s, n in sorted(report.kept.items()))})",
         f"- open-ended (options: []): {report.open_ended}; multiple choice: {total - report.open_ended}",
-        f"- dropped rows: {len(report.dropped)}", "",
+        f"- dropped rows: {len(report.dropped)}",
+        "- DICOM images are stored de-identified: only pixel-relevant tags are kept, UIDs are new", "",
         "## Counts per task", "", *(f"- {k}: {v}" for k, v in sorted(report.tasks.items())), "",
         "## Counts per modality", "", *(f"- {k or 'unknown'}: {v}" for k, v in sorted(report.modalities.items())),
         "", "## Dropped rows", "",

@@ -1,0 +1,128 @@
+"""SFT/GRPO dataset builders: columns per the contract, multi-image rows, the on_bad_record policy (bad rows
+found before training), and PHI safety across every artifact the data pipeline writes."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from medgrpo.data import BuildReport, ImageSettings, to_grpo_dataset, to_sft_dataset
+from medgrpo.data.adapters import convert
+from medgrpo.data.boxes import ImageGrid
+from medgrpo.data.dicom import write_dicom
+from medgrpo.data.record import MedADRecord, RecordError, load_records
+
+GRID = ImageGrid("abs", factor=28, min_pixels=56 * 56, max_pixels=28 * 28 * 16)
+
+
+def _rec(rid, images=("a.png",), **kw):
+    fields = dict(question="Is there a lesion?", options=["Yes", "No"], answer="A", task="anomaly_detection")
+    fields.update(kw)
+    return MedADRecord(id=rid, images=list(images), **fields)
+
+
+@pytest.fixture
+def root(tmp_path):
+    Image.new("RGB", (200, 100), (40, 40, 40)).save(tmp_path / "a.png")
+    Image.new("L", (64, 64), 200).save(tmp_path / "b.png")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n-truncated")
+    return tmp_path
+
+
+def test_grpo_columns_and_types(root):
+    rec = _rec("r1", bbox=[[20.0, 10.0, 100.0, 50.0]], modality="CT", evidence={"abnormal": True},
+               cot="A lesion at <box>[20, 10, 100, 50]</box>. So A.")
+    ds = to_grpo_dataset([rec, _rec("r2", options=[], answer="a small nodule", task="other")], root, GRID)
+    expected = {"prompt", "images", "id", "question", "options", "answer", "task", "modality", "anatomy",
+                "evidence", "bbox", "cot", "source", "box_format", "image_size", "model_image_size", "target"}
+    assert set(ds.column_names) == expected
+    row = ds[0]
+    assert row["prompt"][-1]["role"] == "user" and isinstance(row["prompt"][-1]["content"], str)
+    assert row["image_size"] == [200, 100] and row["model_image_size"] == list(GRID.resized_size(200, 100))
+    assert row["images"][0].size == tuple(row["model_image_size"]) and row["box_format"] == "abs"
+    assert json.loads(row["bbox"]) == [[20.0, 10.0, 100.0, 50.0]] and json.loads(row["evidence"])["abnormal"]
+    sx = row["model_image_size"][0] / 200
+    assert f"<box>[{round(20 * sx)}, " in row["target"] and row["target"].endswith("<answer>A</answer>")
+    assert ds[1]["options"] == [] and ds[1]["anatomy"] == "" and ds[1]["bbox"] == "" and ds[1]["evidence"] == ""
+
+
+def test_sft_rows_and_multi_image(root):
+    ds = to_sft_dataset([_rec("m", images=("a.png", "b.png"))], root, GRID, system_prompt=None)
+    assert ds.column_names == ["prompt", "completion", "images"]
+    row = ds[0]
+    assert [m["role"] for m in row["prompt"]] == ["user"] and row["completion"][0]["role"] == "assistant"
+    assert row["completion"][0]["content"].startswith("<think>")
+    assert [im.size for im in row["images"]] == [GRID.resized_size(200, 100), GRID.resized_size(64, 64)]
+    assert all(im.mode == "RGB" for im in row["images"])
+
+
+BAD = {
+    "missing image": _rec("bad", images=("nope.png",)),
+    "corrupt image": _rec("bad", images=("broken.png",)),
+    "outside root": _rec("bad", images=("../x.png",)),
+    "box outside image": _rec("bad", bbox=[[10.0, 10.0, 250.0, 50.0]]),
+    "cot box outside": _rec("bad", cot="see <box>[0, 0, 10, 300]</box>"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_error_policy_names_the_row_before_training(root, case):
+    with pytest.raises(RecordError) as err:
+        to_grpo_dataset([_rec("ok"), BAD[case]], root, GRID, on_bad_record="error")
+    msg = str(err.value)
+    assert "row 2 (id 'bad')" in msg and "\n" not in msg
+
+
+def test_skip_policy_counts_and_reports_ids(root, caplog):
+    records = [_rec("ok1"), BAD["missing image"], _rec("ok2"), _rec("ok1"), BAD["corrupt image"]]
+    report = BuildReport()
+    with caplog.at_level(logging.WARNING):
+        ds = to_sft_dataset(records, root, GRID, on_bad_record="skip", report=report)
+    assert len(ds) == 2 and report.kept == 2
+    assert [rid for rid, _ in report.skipped] == ["bad", "ok1", "bad"]
+    assert "duplicate id 'ok1'" in report.skipped[1][1]
+    assert "skipped 3 bad record(s)" in caplog.text
+    with pytest.raises(RecordError, match="no usable records"):
+        to_sft_dataset([BAD["missing image"]], root, GRID, on_bad_record="skip")
+    with pytest.raises(RecordError, match="on_bad_record"):
+        to_sft_dataset(records, root, GRID, on_bad_record="ignore")
+
+
+PHI = {"PatientName": "Doe^Janeprivate", "PatientID": "MRN-99887766", "PatientBirthDate": "19530417",
+       "StudyDate": "20240229", "InstitutionName": "St Example Hospital", "AccessionNumber": "ACC5551234"}
+
+
+def test_phi_never_leaves_the_dicom_loader(tmp_path, caplog):
+    src = tmp_path / "src"
+    (src / "imgs").mkdir(parents=True)
+    hu = np.random.default_rng(0).integers(0, 2000, (60, 80)).astype(np.uint16)
+    write_dicom(src / "imgs" / "study.dcm", hu, rescale=(1.0, -1024.0), window=(40, 400), extra=PHI)
+    rows = [{"id": "p1", "image": "imgs/study.dcm", "question": "Which modality?", "options": ["CT", "MRI"],
+             "answer": "A", "task": "modality_classification", "modality": "CT", "bbox": [[5, 5, 40, 30]]},
+            {"id": "p2", "image": "imgs/missing.dcm", "question": "Which region?", "options": ["head", "chest"],
+             "answer": "B", "task": "anatomy_identification"}]
+    (src / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with caplog.at_level(logging.DEBUG):
+        convert("medad_mcq", src, tmp_path / "converted")
+        records = load_records(tmp_path / "converted" / "train.jsonl")
+        settings = ImageSettings(window="soft_tissue", cache_dir=str(tmp_path / "cache"))
+        for build in (to_sft_dataset, to_grpo_dataset):
+            ds = build(records, tmp_path / "converted", GRID, settings)
+            ds.save_to_disk(str(tmp_path / f"saved-{build.__name__}"))
+            text = json.dumps([{k: v for k, v in row.items() if k != "images"} for row in ds], default=str)
+            assert not any(value in text for value in PHI.values())
+    artifacts = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(src)]
+    kinds = {p.suffix for p in artifacts}
+    assert {".px", ".arrow", ".dcm", ".jsonl", ".md"} <= kinds  # cache, saved datasets, converted folder
+    needles = [v.encode() for v in PHI.values()] + [v.encode("utf-16-le") for v in PHI.values()]
+    for path in artifacts:
+        data = path.read_bytes()
+        assert not any(n in data for n in needles), path
+    assert not any(value in caplog.text for value in PHI.values())
+    # the de-identified copy still decodes to the same pixels as the original
+    from medgrpo.data.dicom import read_dicom
+
+    copy = next(p for p in artifacts if p.suffix == ".dcm")
+    np.testing.assert_array_equal(read_dicom(copy)[0], read_dicom(src / "imgs" / "study.dcm")[0])
