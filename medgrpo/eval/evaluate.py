@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ class GenerationConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+    evidence_backend: str = "rule"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -178,8 +179,10 @@ def evaluate(
 
     Writes ``predictions.jsonl``, ``metrics.json`` (schema in :mod:`medgrpo.eval.aggregate`), ``report.md`` and
     PNG plots under ``out_dir`` and returns the metrics dict. ``num_samples > 1`` adds k sampled completions per
-    prompt (pass@k, self-consistency) beside the greedy one every metric uses. ``generator`` lets a caller that
-    already holds a loaded model (e.g. the demo) reuse it.
+    prompt (pass@k, self-consistency) beside the greedy one every metric uses. ``reward_settings``
+    (:class:`medgrpo.rewards.settings.RewardSettings`) selects the evidence backend (``rule`` or ``judge``) and
+    weights; grounding is always plain IoU here. ``generator`` lets a caller that already holds a loaded model
+    (e.g. the demo) reuse it.
 
     Raises:
         EvalError, SuiteError, RecordError, ModelLoadError: one line each; nothing is half-written.
@@ -195,9 +198,14 @@ def evaluate(
     if batch_size < 1 or num_samples < 1 or (limit is not None and limit < 1):
         raise EvalError("batch_size, num_samples and limit must be positive")
     loaded = {spec.name: (spec, *_load_dataset(spec, limit)) for spec in suite.datasets}  # fail before the model
+    from medgrpo.rewards.settings import RewardSettings
+
+    # reports promise IoU and Acc@0.5: the GIoU training variant is a reward shaping, not a metric
+    reward_settings = replace(reward_settings or RewardSettings(), grounding_metric="iou")
     cfg = GenerationConfig(model=str(Path(model_path).resolve()), backend=backend,
                            max_new_tokens=max_new_tokens or suite.max_new_tokens, num_samples=num_samples,
-                           temperature=temperature, top_p=top_p, seed=seed)
+                           temperature=temperature, top_p=top_p, seed=seed,
+                           evidence_backend=reward_settings.evidence_backend)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _check_run_file(out, cfg)
