@@ -1,0 +1,140 @@
+"""Loss-side GRPO variants: TIC-GRPO's trajectory ratio, SCOPE-RL's positive-sample regulariser with its adaptive
+temperature, and GRPO-CARE's EMA-reference likelihood consistency bonus.
+
+Pure tensor functions plus two tiny stateful helpers (:class:`AdaptiveTemperature`, :func:`ema_update`). The trainer
+(``ConGRPOTrainer``) computes per-token log-probs with TRL's own ``_get_per_token_logps_and_entropies`` and calls
+these; TRL's ``_compute_loss`` stays untouched for every other configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def trajectory_ratio_loss(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    log_ratio_clamp: float = 5.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """TIC-GRPO (2025): one importance ratio per trajectory, ``exp(clamp(sum_t log(pi/pi_old)))``, in PPO's clipped
+    surrogate; the loss is the mean over sequences of ``-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``.
+
+    GSPO uses the MEAN of the token log-ratios; TIC-GRPO uses the SUM, the true trajectory probability ratio, and
+    clamps the log-sum (``log_ratio_clamp``) so one long, drifted sequence cannot overflow the exponential.
+
+    Args:
+        per_token_logps, old_per_token_logps, mask: ``(B, T)``.
+        advantages: ``(B,)``.
+
+    Returns: the scalar loss and ``{"clip_ratio", "log_ratio_mean"}`` for logging.
+    """
+    log_ratio = ((per_token_logps - old_per_token_logps) * mask).sum(dim=1)
+    log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
+    ratio = torch.exp(log_ratio)
+    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+    is_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | ((ratio > 1 + epsilon_high) & (advantages > 0))
+    return loss, {"clip_ratio": is_clipped.float().mean().item(), "log_ratio_mean": log_ratio.mean().item()}
+
+
+def positive_nll(per_token_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """SCOPE-RL regulariser [inferred form]: the mean, over completions with a positive advantage, of their
+    token-mean negative log-likelihood under the policy; 0 (with a graph) when the batch has none.
+
+    Samples drawn at a raised temperature and verified correct are diverse AND right; fitting them keeps probability
+    mass spread over correct alternatives, holding entropy up without rewarding wrong tokens as a plain entropy
+    bonus does.
+    """
+    positive = (advantages > 0).to(per_token_logps)
+    token_nll = -(per_token_logps * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return (token_nll * positive).sum() / positive.sum().clamp(min=1.0)
+
+
+@dataclass
+class AdaptiveTemperature:
+    """SCOPE-RL's adaptive sampling temperature [inferred form]: kept while the policy's mean token entropy stays in
+    ``[low, high]``, multiplied by ``1 + rate`` when entropy falls below the band (collapse: sample hotter, so the
+    positive samples the regulariser fits are more diverse) and divided by it above the band; clamped to
+    ``[t_min, t_max]``.
+    """
+
+    temperature: float = 1.0
+    low: float = 0.5
+    high: float = 2.0
+    rate: float = 0.05
+    t_min: float = 0.7
+    t_max: float = 1.5
+
+    def update(self, entropy: float) -> float:
+        if entropy < self.low:
+            self.temperature *= 1 + self.rate
+        elif entropy > self.high:
+            self.temperature /= 1 + self.rate
+        self.temperature = min(max(self.temperature, self.t_min), self.t_max)
+        return self.temperature
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+def answer_mask(completion_ids: torch.Tensor, mask: torch.Tensor, open_ids: list[int]) -> torch.Tensor:
+    """``(B, T)``: the tokens after the first occurrence of the ``open_ids`` sequence (the ``<answer>`` tag) in each
+    completion, within ``mask``. A completion without the tag gets an empty mask (it cannot be correct anyway)."""
+    out = torch.zeros_like(mask)
+    n = len(open_ids)
+    pattern = torch.tensor(open_ids, device=completion_ids.device)
+    for row in range(completion_ids.shape[0]):
+        ids = completion_ids[row]
+        for start in range(ids.shape[0] - n + 1):
+            if torch.equal(ids[start:start + n], pattern):
+                out[row, start + n:] = mask[row, start + n:]
+                break
+    return out
+
+
+def answer_logp(per_token_logps: torch.Tensor, answer_tokens: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` mean log-prob of the answer tokens (NaN where a completion has none)."""
+    count = answer_tokens.sum(dim=1)
+    mean = (per_token_logps * answer_tokens).sum(dim=1) / count.clamp(min=1)
+    return mean.masked_fill(count == 0, float("nan"))
+
+
+def care_bonus(likelihood: torch.Tensor, accuracy: torch.Tensor, num_generations: int,
+               bonus: float = 0.5) -> torch.Tensor:
+    """GRPO-CARE (2025) consistency bonus: ``bonus * accuracy`` for correct completions whose answer likelihood
+    under the EMA reference, given their own reasoning, is at least the mean over the correct members of their
+    group ("correct and confident"); 0 otherwise. [inferred: the group-mean threshold]
+
+    Rewarding answers the slow-moving reference finds implied by the reasoning favours rationales that actually
+    lead to their answer, the failure mode of accuracy-only rewards (right answer, unrelated reasoning).
+
+    Args:
+        likelihood: ``(N,)`` mean answer-token log-prob under the EMA model (NaN = no answer tokens).
+        accuracy: ``(N,)`` accuracy reward in [0, 1].
+    """
+    correct = (accuracy >= 0.5) & ~torch.isnan(likelihood)
+    grouped_l = likelihood.view(-1, num_generations)
+    grouped_c = correct.view(-1, num_generations)
+    filled = torch.where(grouped_c, grouped_l, torch.zeros_like(grouped_l))
+    mean = filled.sum(dim=1, keepdim=True) / grouped_c.sum(dim=1, keepdim=True).clamp(min=1)
+    confident = grouped_c & (grouped_l >= mean - 1e-6)
+    return (confident.reshape(-1).to(accuracy) * bonus * torch.nan_to_num(accuracy, nan=0.0))
+
+
+@torch.no_grad()
+def ema_update(ema_model: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
+    """``p_ema <- decay * p_ema + (1 - decay) * p`` over matching parameters (GRPO-CARE: 0.995 every 10 steps)."""
+    current = dict(model.named_parameters())
+    for name, param in ema_model.named_parameters():
+        param.mul_(decay).add_(current[name].detach().to(param.dtype), alpha=1 - decay)
