@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,9 +25,21 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+_ORDER = {"train.jsonl": 0, "validation.jsonl": 1, "test.jsonl": 2}
+
+
 def _splits(path: Path) -> list[Path]:
-    """Every ``<split>.jsonl`` of a dataset folder (a file path is its own split)."""
-    return sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    """Every ``<split>.jsonl`` of a dataset folder, train first (a file path is its own split)."""
+    return sorted(path.glob("*.jsonl"), key=lambda p: (_ORDER.get(p.name, 3), p.name)) if path.is_dir() else [path]
+
+
+def _line_of(file: Path, record_id: str) -> int:
+    """The line of ``file`` holding ``record_id`` (records do not carry their line; duplicates are rare)."""
+    with open(file, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if f'"{record_id}"' in line and str(json.loads(line).get("id")) == record_id:
+                return line_no
+    return 0
 
 
 def configure_validate(parser: argparse.ArgumentParser) -> Runner:
@@ -46,7 +59,8 @@ def configure_validate(parser: argparse.ArgumentParser) -> Runner:
             errors += report.skipped
             for record in records:  # ids must be unique across splits too (no train/test leakage)
                 if record.id in seen:
-                    errors.append(f"{file}: field 'id': duplicate id '{record.id}' (also in {seen[record.id]})")
+                    errors.append(f"{file}:{_line_of(file, record.id)}: field 'id': duplicate id '{record.id}' "
+                                  f"(also in {seen[record.id]})")
                 seen[record.id] = file.name
             total += len(records)
         for line in errors:
