@@ -204,3 +204,37 @@ def test_no_answer_is_wrong_and_format_failure_and_compare(synth_dir, tmp_path, 
     assert main(["--compare", str(tmp_path / "gold"), str(tmp_path / "broken")]) == 0
     assert "format failures" in capsys.readouterr().out
     assert main(["--compare", str(tmp_path / "gold"), str(tmp_path / "nowhere")]) == 2
+
+
+def _mixed_dataset(root: Path) -> Path:
+    """Two-image MCQ, an open-ended question, and (row 3) an image that is not an image."""
+    (root / "images").mkdir(parents=True)
+    for name, size in (("a.png", (64, 48)), ("b.png", (40, 40))):
+        Image.new("RGB", size, (90, 90, 90)).save(root / "images" / name)
+    (root / "images" / "broken.png").write_bytes(b"not a png")
+    rows = [
+        {"id": "two", "images": ["images/a.png", "images/b.png"], "question": "Which view is brighter?",
+         "options": ["first", "second"], "answer": "A", "task": "other", "source": "mixed"},
+        {"id": "open", "images": ["images/b.png"], "question": "Name the organ.", "options": [],
+         "answer": "liver", "task": "other", "source": "mixed"},
+        {"id": "bad", "images": ["images/broken.png"], "question": "Is it normal?", "options": ["yes", "no"],
+         "answer": "B", "task": "anomaly_detection", "source": "mixed"},
+    ]
+    (root / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return root
+
+
+def test_multi_image_open_ended_and_unreadable_image(tiny_model_dirs, tmp_path):
+    data = _mixed_dataset(tmp_path / "mixed")
+    gen = TransformersGenerator(tiny_model_dirs["qwen2_vl"])
+    kw = dict(batch_size=3, max_new_tokens=6, n_boot=50, progress=False, generator=gen)
+    with pytest.raises(EvalError, match="record 'bad': field 'images'") as info:
+        evaluate("m", data, tmp_path / "strict", **kw)
+    assert "\n" not in str(info.value)
+    suite = tmp_path / "skip.yaml"
+    suite.write_text(f"datasets:\n  - {{name: mixed, path: {data}, on_bad_record: skip}}\n", encoding="utf-8")
+    ds = evaluate("m", suite, tmp_path / "skip", **kw)["datasets"]["mixed"]
+    assert ds["overall"]["n"] == 2 and ds["skipped_records"] == 1
+    assert ds["baselines"]["random_option"]["accuracy"] == 0.5  # the open-ended row has no options
+    assert ds["baselines"]["majority_answer"]["fit_on"] == "eval"  # no train split to fit on
+    assert ds["classification"] == {} and ds["anomaly"] is None
