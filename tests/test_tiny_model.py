@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -144,10 +146,11 @@ def test_chat_template_renders_plain_strings_and_trl_content_lists_alike(
     assert is_chat_template_stop_token_trained(processor)
 
 
-def test_same_seed_gives_identical_files_and_another_seed_other_weights(tmp_path: Path) -> None:
-    first = _sha256(build_tiny_model("qwen3_vl", "ci", tmp_path / "a", seed=3))
-    again = _sha256(build_tiny_model("qwen3_vl", "ci", tmp_path / "b", seed=3))
-    other = _sha256(build_tiny_model("qwen3_vl", "ci", tmp_path / "c", seed=4))
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_seed_gives_identical_files_and_another_seed_other_weights(tmp_path: Path, arch: str) -> None:
+    first = _sha256(build_tiny_model(arch, "ci", tmp_path / "a", seed=3))
+    again = _sha256(build_tiny_model(arch, "ci", tmp_path / "b", seed=3))
+    other = _sha256(build_tiny_model(arch, "ci", tmp_path / "c", seed=4))
     assert first == again
     assert {"model.safetensors", "tokenizer.json", "config.json", "chat_template.jinja"} <= set(first)
     assert other["model.safetensors"] != first["model.safetensors"]
@@ -179,6 +182,14 @@ def test_parameter_counts_match_the_loaded_model(model_dirs: dict[str, Path], ar
     assert 150_000 < counts["total"] < 500_000  # the ci preset's target band
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_demo_preset_is_larger_and_sees_a_128px_image_as_16_tokens(tmp_path: Path, arch: str) -> None:
+    folder = build_tiny_model(arch, "demo", tmp_path / arch)
+    assert 1_200_000 < parameter_counts(folder)["total"] < 5_000_000
+    grid = ImageGrid.from_processor(AutoProcessor.from_pretrained(folder), arch)
+    assert grid.resized_size(128, 128) == ((112, 112) if grid.factor == 28 else (128, 128))
+
+
 def test_cli_builds_and_prints_parameter_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "m"
     assert tiny_module.main(["--arch", "qwen2_5_vl", "--preset", "ci", "--out", str(out), "--seed", "1"]) == 0
@@ -188,15 +199,19 @@ def test_cli_builds_and_prints_parameter_counts(tmp_path: Path, capsys: pytest.C
     assert (out / "model.safetensors").is_file() and not list(tmp_path.glob(".m.*"))
 
 
-def test_cli_rejects_a_folder_that_is_not_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("contents", [{"keep.txt": "mine"}, {"config.json": "{}", "model.safetensors": "w"}])
+def test_cli_refuses_a_folder_it_did_not_build(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], contents: dict[str, str]
+) -> None:
     out = tmp_path / "notes"
     out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    for name, text in contents.items():  # user files, or a trained checkpoint that must not be clobbered
+        (out / name).write_text(text)
     assert tiny_module.main(["--arch", "qwen2_vl", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("medgrpo: ") and str(out) in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
-    assert (out / "keep.txt").read_text() == "mine"
+    assert {p.name: p.read_text() for p in out.iterdir()} == contents
 
 
 def test_rebuilding_replaces_a_previous_model_folder(tmp_path: Path) -> None:
@@ -206,6 +221,9 @@ def test_rebuilding_replaces_a_previous_model_folder(tmp_path: Path) -> None:
     build_tiny_model("qwen2_vl", "ci", out, seed=1)
     assert _sha256(out)["model.safetensors"] != first["model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o666 & ~umask for p in out.iterdir())
 
 
 def test_unknown_arch_or_preset_is_a_one_line_error(tmp_path: Path) -> None:

@@ -262,21 +262,23 @@ def build_tiny_model(
     """Build a random-init ``arch`` model at ``preset`` size with its processor, and save it to ``out_dir``.
 
     The folder is assembled under a temporary name next to ``out_dir`` and renamed into place, so an interrupted
-    build never leaves a half-written model; an existing model folder at ``out_dir`` is replaced.
+    build never leaves a half-written model. An existing tiny-model folder at ``out_dir`` is replaced; any other
+    non-empty folder (a trained checkpoint, say) is refused.
 
     Returns:
         ``out_dir`` as a Path.
 
     Raises:
-        TinyModelError: unknown ``arch``/``preset``, or ``out_dir`` is a file or a non-empty non-model folder.
+        TinyModelError: unknown ``arch``/``preset``, or ``out_dir`` is a file or a non-empty folder that this
+            factory did not build.
     """
     if arch not in MODEL_CLASSES:
         raise TinyModelError(f"unknown arch '{arch}' (one of: {', '.join(MODEL_CLASSES)})")
     if preset not in PRESETS:
         raise TinyModelError(f"unknown preset '{preset}' (one of: {', '.join(PRESETS)})")
     out = Path(out_dir)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / "config.json").is_file())):
-        raise TinyModelError(f"{out}: exists and is not a model folder; refusing to overwrite it")
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _is_tiny_model(out))):
+        raise TinyModelError(f"{out}: exists and is not a tiny-model folder; refusing to overwrite it")
     sizes = PRESETS[preset]
 
     tokenizer = build_tokenizer()
@@ -293,12 +295,10 @@ def build_tiny_model(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the model folder is an ordinary one
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
         (tmp / "README.md").write_text(_card(arch, preset, seed, tmp))
+        _ordinary_permissions(tmp)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             os.replace(out, old / out.name)
@@ -310,6 +310,25 @@ def build_tiny_model(
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
+
+
+_CARD_TITLE = "# Tiny random-init "
+
+
+def _is_tiny_model(folder: Path) -> bool:
+    """True for a folder this factory wrote (its model card says so)."""
+    card = folder / "README.md"
+    return card.is_file() and card.read_text().startswith(_CARD_TITLE)
+
+
+def _ordinary_permissions(folder: Path) -> None:
+    """Give the folder and its files the caller's usual modes: ``mkdtemp`` (and the safetensors writer) make
+    private ones, which other users of a shared model folder could not read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.iterdir():
+        path.chmod(0o666 & ~umask)
 
 
 def parameter_counts(model_dir: str | Path) -> dict[str, int]:
@@ -330,7 +349,7 @@ def parameter_counts(model_dir: str | Path) -> dict[str, int]:
 def _card(arch: str, preset: str, seed: int, folder: Path) -> str:
     c = parameter_counts(folder)
     return (
-        f"# Tiny random-init {arch} ({preset} preset)\n\n"
+        f"{_CARD_TITLE}{arch} ({preset} preset)\n\n"
         f"Built offline by `medgrpo tiny-model --arch {arch} --preset {preset} --seed {seed}`: the real transformers "
         f"architecture at a tiny size with RANDOM weights, a BPE tokenizer trained on a generated medical corpus, "
         f"Qwen's chat format and processors. For tests and CPU demos; it knows nothing until trained.\n\n"
