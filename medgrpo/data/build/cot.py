@@ -153,7 +153,7 @@ def qc(record: MedADRecord, min_evidence: float = 1.0) -> QCResult:
             return QCResult(False, f"{key} {scores[key]:.2f}")
     missing = missing_claims(record.cot, record)
     if missing:
-        return QCResult(False, f"dropped claim '{missing[0]}'")
+        return QCResult(False, f"missing claim '{missing[0]}'")
     return QCResult(True)
 
 
