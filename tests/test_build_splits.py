@@ -100,3 +100,13 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
     good = _yaml(tmp_path, f"source: x\nlayout: br35h\nroot: {CXR.parent / 'br35h'}\n")
     assert main(["--config", str(good), "--out", str(out)]) == 2
     assert "output folder exists and is not empty" in capsys.readouterr().err
+
+
+def test_build_is_deterministic_per_seed(tmp_path):
+    config = load_config(ROOT / "data" / "sources" / "chestxray14.yaml")
+    config.root = CXR
+    texts = []
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+        build_dataset(config, tmp_path / name, seed=seed)
+        texts.append((tmp_path / name / "train.jsonl").read_text() + (tmp_path / name / "test.jsonl").read_text())
+    assert texts[0] == texts[1] and texts[0] != texts[2]
