@@ -97,9 +97,9 @@ def template_cot(record: MedADRecord, rng: random.Random, convention: str = "ima
     if ev.get("abnormal"):
         if record.bbox:
             parts.append(rng.choice(_FINDING_BOXED).format(
-                size=_SIZE_WORD.get(ev.get("size", ""), ""), finding=ev.get("finding", "an abnormality"),
+                size=_SIZE_WORD.get(ev.get("size", ""), "distinct"), finding=ev.get("finding", "an abnormality"),
                 where=_where(ev.get("location"), convention), boxes=" ".join(format_box(b) for b in record.bbox),
-            ).replace("  ", " ").replace("a  ", "a "))
+            ))
         else:
             parts.append(rng.choice(_FINDING_PLAIN).format(finding=ev.get("finding", "an abnormality")))
     else:

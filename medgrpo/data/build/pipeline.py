@@ -116,8 +116,7 @@ def _copy_image(item: SourceItem, out: Path) -> tuple[str, int, int]:
         pixels = load_nifti(item.image)[:, :, item.slice_index].T.astype("float32")
         Image.fromarray(percentile_window(pixels, (0.5, 99.5))).save(out / rel)
     else:
-        suffix = "".join(s for s in item.image.suffixes[-1:]).lower()
-        rel = f"images/{item.id}{suffix}"
+        rel = f"images/{item.id}{item.image.suffix.lower()}"
         try:
             os.link(item.image, out / rel)
         except OSError:
@@ -178,11 +177,11 @@ def build_dataset(config: BuildConfig, out: str | Path, seed: int = 0, cot: str 
     qc_counts: Counter = Counter()
     records: dict[str, list[MedADRecord]] = {}
     try:
-        for split, split_items_ in splits.items():
+        for split, members in splits.items():
             rng = random.Random(f"{seed}:{split}:questions")
             balancer = LetterBalancer(rng)
             records[split] = []
-            for item in split_items_:
+            for item in members:
                 rel, width, height = _copy_image(item, tmp)
                 boxes, mask_area = _boxes(item, width, height)
                 names = tuple(config.name_of(label) for label in item.labels)
