@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from medgrpo.data.build.questions import prose
 from medgrpo.data.build.readers import BuildError
 from medgrpo.data.record import MedADRecord
 from medgrpo.prompts import BOX_RE, build_target, format_box
@@ -93,7 +94,7 @@ def template_cot(record: MedADRecord, rng: random.Random, convention: str = "ima
         opener = rng.choice(_OPENERS_NO_MODALITY)
     else:
         opener = ""
-    parts = [opener.format(modality=modality, anatomy=anatomy)] if opener else []
+    parts = [opener.format(modality=prose(modality or ""), anatomy=anatomy)] if opener else []
     if ev.get("abnormal"):
         if record.bbox:
             parts.append(rng.choice(_FINDING_BOXED).format(
@@ -104,8 +105,7 @@ def template_cot(record: MedADRecord, rng: random.Random, convention: str = "ima
             parts.append(rng.choice(_FINDING_PLAIN).format(finding=ev.get("finding", "an abnormality")))
     else:
         parts.append(rng.choice(_NORMAL).format(anatomy=anatomy or "image"))
-    text = record.answer_text()
-    text = text if text.isupper() else text.lower()
+    text = prose(record.answer_text())
     parts.append(rng.choice(_CONCLUSIONS[record.task]).format(text=text, letter=record.answer))
     return " ".join(parts)
 

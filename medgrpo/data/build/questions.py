@@ -13,6 +13,7 @@ balanced per task and option count; everything is deterministic for a given seed
 from __future__ import annotations
 
 import random
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -100,10 +101,16 @@ class LetterBalancer:
         return rest, LETTERS[pos]
 
 
+def prose(text: str) -> str:
+    """A label as it reads inside a sentence: ``Melanocytic nevus`` -> ``melanocytic nevus``, while acronyms
+    and mixed forms (``MRI``, ``X-ray``, ``CE-MRI``) keep their case."""
+    return text.lower() if re.fullmatch(r"[A-Z][a-z]+(?: [a-z]+)*", text) else text
+
+
 def _image_phrase(facts: ItemFacts) -> str:
     if facts.modality and facts.anatomy:
-        return f"{facts.modality} image of the {facts.anatomy.lower()}"
-    return f"{facts.modality} image" if facts.modality else "image"
+        return f"{prose(facts.modality)} image of the {facts.anatomy.lower()}"
+    return f"{prose(facts.modality)} image" if facts.modality else "image"
 
 
 def _cap(text: str) -> str:
