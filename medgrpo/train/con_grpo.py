@@ -18,11 +18,19 @@ from medgrpo.train.args import DataArguments, MedModelConfig
 from medgrpo.train.con_grpo_config import ConGRPOConfig
 from medgrpo.train.con_grpo_trainer import ConGRPOTrainer
 from medgrpo.train.modeling import check_model_path, load_for_training
-from medgrpo.train.run import cli, load_training_records, parse_args, resume_checkpoint, write_run_info
+from medgrpo.train.run import (
+    check_dataset_path,
+    cli,
+    load_training_records,
+    parse_args,
+    resume_checkpoint,
+    write_run_info,
+)
 
 
 def train_con_grpo(data_args: DataArguments, training_args: ConGRPOConfig, model_args: MedModelConfig) -> Path:
     """Run stage 2 and save the model (or adapter), processor and ``medgrpo_run.json`` to ``output_dir``."""
+    check_dataset_path(data_args)
     check_model_path(model_args.model_name_or_path)
     records = load_training_records(data_args)
     model, processor, grid = load_for_training(model_args, data_args, training_args.trust_remote_code)
@@ -44,6 +52,7 @@ def train_con_grpo(data_args: DataArguments, training_args: ConGRPOConfig, model
     trainer.train(resume_from_checkpoint=resume_checkpoint(training_args.output_dir,
                                                            training_args.resume_from_checkpoint))
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json with the whole log history, next to the weights
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(training_args.output_dir)
         write_run_info(training_args.output_dir, "con_grpo", model_args, training_args, data_args)

@@ -24,6 +24,12 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None, prog: 
     return parser.parse_args_and_config(args=argv)
 
 
+def check_dataset_path(data_args: DataArguments) -> None:
+    path = Path(data_args.dataset_path)
+    if not path.exists():
+        raise RecordError(f"{path}: no such dataset folder or file (make one with medgrpo synth / data convert)")
+
+
 def load_training_records(data_args: DataArguments) -> list[MedADRecord]:
     """The training split, validated; bad rows stop the run or are skipped and reported, per ``on_bad_record``."""
     report = LoadReport(path=data_args.dataset_path)
@@ -58,7 +64,11 @@ def resume_checkpoint(output_dir: str, explicit: str | bool | None) -> str | Non
         match = re.fullmatch(r"checkpoint-(\d+)", child.name)
         if match and child.is_dir() and (child / "trainer_state.json").is_file():
             steps.append((int(match.group(1)), child))
-    return str(max(steps)[1]) if steps else None
+    if not steps:
+        return None
+    checkpoint = str(max(steps)[1])
+    print(f"medgrpo: resuming from {checkpoint}", file=sys.stderr)
+    return checkpoint
 
 
 def write_run_info(output_dir: str, stage: str, model_args: Any, training_args: Any, data_args: DataArguments) -> None:

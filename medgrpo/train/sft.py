@@ -17,6 +17,7 @@ from medgrpo.data import to_sft_dataset
 from medgrpo.train.args import DataArguments, MedModelConfig
 from medgrpo.train.modeling import check_model_path, load_for_training
 from medgrpo.train.run import (
+    check_dataset_path,
     cli,
     load_training_records,
     parse_args,
@@ -28,6 +29,7 @@ from medgrpo.train.sft_config import MedSFTConfig
 
 def train_sft(data_args: DataArguments, training_args: MedSFTConfig, model_args: MedModelConfig) -> Path:
     """Run stage 1 and save the model (or LoRA adapter), processor and ``medgrpo_run.json`` to ``output_dir``."""
+    check_dataset_path(data_args)
     check_model_path(model_args.model_name_or_path)
     records = load_training_records(data_args)
     model, processor, grid = load_for_training(model_args, data_args, training_args.trust_remote_code)
@@ -49,6 +51,7 @@ def train_sft(data_args: DataArguments, training_args: MedSFTConfig, model_args:
     trainer.train(resume_from_checkpoint=resume_checkpoint(training_args.output_dir,
                                                            training_args.resume_from_checkpoint))
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json with the whole log history, next to the weights
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(training_args.output_dir)
         write_run_info(training_args.output_dir, "sft", model_args, training_args, data_args)

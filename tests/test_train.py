@@ -1,0 +1,187 @@
+"""Both training stages on the real tiny models: SFT then Con-GRPO per architecture, LoRA, multi-image rows,
+DICOM data, per-component logging, config errors before any model loads, and resume after a kill."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from transformers import AutoModelForImageTextToText
+
+from medgrpo.data import load_records, write_records
+from medgrpo.data.dicom import write_dicom
+from medgrpo.train.args import DataArguments, MedModelConfig
+from medgrpo.train.con_grpo import train_con_grpo
+from medgrpo.train.con_grpo_config import ConGRPOConfig
+from medgrpo.train.run import parse_args, resume_checkpoint
+from medgrpo.train.sft import train_sft
+from medgrpo.train.sft_config import MedSFTConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SFT_TYPES = (DataArguments, MedSFTConfig, MedModelConfig)
+GRPO_TYPES = (DataArguments, ConGRPOConfig, MedModelConfig)
+REWARDS = ["format", "accuracy", "consistency", "evidence", "grounding"]
+
+
+def sft_argv(model, data, out, *extra):
+    return ["--config", str(REPO / "recipes/tiny/sft.yaml"), "--model_name_or_path", str(model),
+            "--dataset_path", str(data), "--output_dir", str(out), "--max_steps", "2",
+            "--per_device_train_batch_size", "2", "--max_train_samples", "8", "--report_to", "none",
+            "--save_strategy", "no", "--logging_steps", "1", *extra]
+
+
+def grpo_argv(model, data, out, *extra):
+    return ["--config", str(REPO / "recipes/tiny/con_grpo.yaml"), "--model_name_or_path", str(model),
+            "--dataset_path", str(data), "--output_dir", str(out), "--max_steps", "2",
+            "--per_device_train_batch_size", "4", "--num_generations", "2", "--max_completion_length", "12",
+            "--max_train_samples", "8", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1",
+            *extra]
+
+
+def log_keys(out: Path) -> set[str]:
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return {key for entry in history for key in entry}
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
+def test_sft_then_con_grpo_each_architecture(tiny_model_dirs, synth_dir, tmp_path, arch):
+    sft_out = train_sft(*parse_args(SFT_TYPES, sft_argv(tiny_model_dirs[arch], synth_dir, tmp_path / "sft"), "t"))
+    assert (sft_out / "model.safetensors").is_file() and (sft_out / "medgrpo_run.json").is_file()
+    assert json.loads((sft_out / "medgrpo_run.json").read_text())["stage"] == "sft"
+
+    grpo_out = train_con_grpo(*parse_args(GRPO_TYPES, grpo_argv(sft_out, synth_dir, tmp_path / "grpo"), "t"))
+    keys = log_keys(grpo_out)
+    for name in REWARDS:
+        assert f"rewards/{name}/mean" in keys
+    for criterion in ("visual_grounding", "question_relevance", "answer_support", "no_hallucination",
+                      "no_contradiction"):
+        assert f"evidence/{criterion}" in keys
+    assert "frac_reward_zero_std" in keys
+    assert any(k.startswith("tasks/") and k.endswith("/accuracy") for k in keys)
+    model = AutoModelForImageTextToText.from_pretrained(grpo_out)
+    assert model.config.model_type == arch
+
+
+def test_lora_sft_then_grpo_from_merged_adapter(tiny_model_dirs, synth_dir, tmp_path):
+    lora = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+    sft_out = train_sft(*parse_args(
+        SFT_TYPES, sft_argv(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path / "sft", *lora), "t"))
+    assert (sft_out / "adapter_config.json").is_file() and not (sft_out / "model.safetensors").exists()
+    # Stage 2 loads the adapter onto its base, merges it, and trains LoRA again on top.
+    grpo_out = train_con_grpo(*parse_args(GRPO_TYPES, grpo_argv(sft_out, synth_dir, tmp_path / "grpo", *lora), "t"))
+    assert (grpo_out / "adapter_config.json").is_file()
+
+
+def test_multi_image_and_dicom_rows(tiny_model_dirs, synth_dir, tmp_path):
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    records = load_records(synth_dir, split="train")[:6]
+    for i, record in enumerate(records):
+        src = synth_dir / record.images[0]
+        shutil.copy(src, data / "images" / src.name)
+        dicom = f"images/scan_{i}.dcm"
+        hu = rng.integers(-1000, 1000, size=(128, 128)).astype(np.int16)
+        write_dicom(data / dicom, hu, rescale=(1.0, 0.0), window=(40.0, 400.0),
+                    extra={"PatientName": "Doe^Jane", "PatientID": "PHI-12345"})
+        # First image keeps the record's boxes; the DICOM is a second view.
+        record.images = [f"images/{src.name}", dicom] if i % 2 else [dicom]
+        if not i % 2:
+            record.bbox = None
+            record.cot = record.cot.split("<box>")[0] if record.cot else None
+    write_records(records, data / "train.jsonl")
+    model = tiny_model_dirs["qwen2_vl"]
+    sft_out = train_sft(*parse_args(SFT_TYPES, sft_argv(model, data, tmp_path / "sft"), "t"))
+    grpo_out = train_con_grpo(*parse_args(GRPO_TYPES, grpo_argv(sft_out, data, tmp_path / "grpo"), "t"))
+    for path in grpo_out.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jinja", ".md", ".txt"):
+            text = path.read_text(errors="ignore")
+            assert "PHI-12345" not in text and "Doe^Jane" not in text
+
+
+def _write_yaml(path: Path, **over) -> Path:
+    config = yaml.safe_load((REPO / "recipes/tiny/con_grpo.yaml").read_text())
+    config.update(over)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"not_a_field": 1}, "Unknown arguments from config file"),
+        ({"num_generations": 3}, "num_generations"),
+        ({"reward_funcs": ["format", "nope"]}, "unknown reward 'nope'"),
+        ({"reward_weights": [1.0, 1.0]}, "give one weight per reward"),
+        ({"evidence_weights": [1.0]}, "evidence_weights needs 5 values"),
+        ({"model_name_or_path": "no/such/model/here"}, "does not exist"),
+        ({"dataset_path": "/no/such/dataset"}, "no such dataset"),
+        ({"dicom_window": "sideways"}, "window"),
+    ],
+)
+def test_config_errors_are_one_line_before_any_model_loads(tiny_model_dirs, synth_dir, tmp_path, capsys,
+                                                           over, message):
+    from medgrpo.train import con_grpo
+
+    paths = {"model_name_or_path": str(tiny_model_dirs["qwen2_5_vl"]), "dataset_path": str(synth_dir)}
+    recipe = _write_yaml(tmp_path / "r.yaml", **{**paths, **over})
+    assert con_grpo.main(["--config", str(recipe), "--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("medgrpo:")]
+    assert len(lines) == 1 and message in lines[0], err[-2000:]
+    assert "Loading weights" not in err and not (tmp_path / "out").exists()
+
+
+def test_cli_error_exit_code_without_traceback(tmp_path):
+    recipe = _write_yaml(tmp_path / "r.yaml", reward_funcs=["nope"])
+    proc = subprocess.run([sys.executable, "-m", "medgrpo.train", "con_grpo", "--config", str(recipe)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2 and "medgrpo: reward_funcs: unknown reward 'nope'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("recipe", sorted(p for p in (REPO / "recipes").glob("*/*.yaml")
+                                          if p.parent.name != "accelerate_configs"), ids=lambda p: str(p.parent.name + "/" + p.name))
+def test_every_recipe_field_is_real_and_validates(recipe):
+    config = yaml.safe_load(recipe.read_text())
+    types = SFT_TYPES if recipe.name.startswith("sft") else GRPO_TYPES
+    known = {f for t in types for f in t.__dataclass_fields__}
+    assert set(config) <= known, set(config) - known
+    # GPU-only switches are overridden so the recipe validates on a CPU machine; every other value is checked.
+    overrides = ["--bf16", "false", "--use_vllm", "false"] if "use_vllm" in config else ["--bf16", "false"]
+    data_args, training_args, model_args = parse_args(types, ["--config", str(recipe), *overrides], "t")
+    assert model_args.model_name_or_path and training_args.output_dir
+    if types is GRPO_TYPES:
+        assert len(training_args.reward_weights) == len(training_args.reward_funcs)
+
+
+def test_resume_after_kill(tiny_model_dirs, synth_dir, tmp_path):
+    """A Con-GRPO run killed after a checkpoint restarts with the same command and continues from it."""
+    out = tmp_path / "grpo"
+    argv = grpo_argv(tiny_model_dirs["qwen2_5_vl"], synth_dir, out)
+    argv = [a for a in argv if a not in ("--save_strategy", "no")]
+    argv[argv.index("--max_steps") + 1] = "40"
+    cmd = [sys.executable, "-m", "medgrpo.train", "con_grpo", *argv, "--save_strategy", "steps", "--save_steps", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(out.glob("checkpoint-*/trainer_state.json")):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = resume_checkpoint(str(out), None)
+    assert first is not None, "no checkpoint was written before the kill"
+    done_steps = int(first.rsplit("-", 1)[1])
+    argv[argv.index("--max_steps") + 1] = str(done_steps + 2)
+    cmd = [sys.executable, "-m", "medgrpo.train", "con_grpo", *argv, "--save_strategy", "steps", "--save_steps", "2"]
+    rerun = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    assert f"medgrpo: resuming from {first}" in rerun.stderr
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == done_steps + 2
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == list(range(1, done_steps + 3))
