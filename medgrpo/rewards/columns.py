@@ -93,6 +93,8 @@ def _row(key: tuple) -> tuple[MedADRecord, BoxFrame | None, RecordFacts]:
 
 
 def _freeze(value: Any) -> Any:
+    if value is None or type(value) is str:
+        return value
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict):

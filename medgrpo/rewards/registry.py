@@ -63,6 +63,9 @@ class RewardFunction:
                 values = [r[key] for r in results if r is not None and r[key] is not None]
                 if values:
                     log_metric(key, sum(values) / len(values))
+            if settings.evidence_backend == "judge" and results:
+                unscored = sum(r is None or r[key] is None for r in results for key in CRITERION_KEYS)
+                log_metric("evidence/judge_unscored", unscored / (len(results) * len(CRITERION_KEYS)))
         return out
 
 

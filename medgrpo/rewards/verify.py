@@ -100,3 +100,22 @@ def verify(
 
         judged = judge_for(settings.judge).score([(text, record)])[0]
     return assemble(text, facts, frame, settings, judged)
+
+
+def verify_batch(
+    completions: list[Any],
+    records: list[MedADRecord],
+    frames: list[BoxFrame | None] | None = None,
+    settings: RewardSettings | None = None,
+) -> list[dict[str, float | None]]:
+    """:func:`verify` over many completions; with the judge backend, one batched judge call for all of them."""
+    settings = settings or DEFAULT_SETTINGS
+    frames = frames if frames is not None else [None] * len(records)
+    texts = [completion_text(c) for c in completions]
+    judged: list[Any] = [None] * len(texts)
+    if settings.evidence_backend == "judge":
+        from medgrpo.rewards.judge import judge_for
+
+        judged = judge_for(settings.judge).score(list(zip(texts, records, strict=True)))
+    return [assemble(t, facts_of(r), f, settings, j)
+            for t, r, f, j in zip(texts, records, frames, judged, strict=True)]
