@@ -5,22 +5,38 @@ What it adds to TRL, and where:
 * the medgrpo verifiers as reward functions, built from the config (``__init__``);
 * per-task-family logging of every reward component (``_calculate_rewards``), next to TRL's own
   ``rewards/<name>/mean`` and ``frac_reward_zero_std``; the evidence reward logs its five criteria itself;
-* the advantage variants of :mod:`medgrpo.train.advantages`, applied to the globally gathered rewards after TRL has
-  built the batch (``_generate_and_score_completions``), so TRL's generation, logprob and loss code is reused as is.
+* the GRPO variants of the literature (config fields documented on :class:`ConGRPOConfig`, all off by default):
+  advantage estimators (:mod:`medgrpo.train.advantages`) recomputed from the globally gathered rewards after TRL has
+  built the batch (``_generate_and_score_completions``), of which each process keeps its slice; zero-signal group
+  edits (:mod:`medgrpo.train.group_edits`) applied to the token ids in ``_generate``, so TRL computes log-probs and
+  rewards of the edited completions itself; TIC-GRPO / SCOPE-RL as a loss path of their own (``compute_loss``,
+  :mod:`medgrpo.train.losses`); the GRPO-CARE bonus as an extra reward component. Their state (HA-DW anchor, DRPO
+  history, AR3PO buffer, SCOPE temperature) is saved as ``medgrpo_variants_state.json`` in every checkpoint and
+  restored on resume. Each logs ``variants/...``: how many groups it touched, rollouts spent, anchor, temperature.
 
-The two TRL methods overridden are private and have moved between TRL releases: pyproject pins ``trl>=1.16,<2``
-and ``tests/test_con_grpo.py`` exercises both overrides on a real tiny model.
+The TRL methods overridden are private and have moved between TRL releases: pyproject pins ``trl>=1.16,<2``
+and ``tests/test_train.py`` / ``tests/test_variants_train.py`` exercise every override on a real tiny model.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import os
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from medgrpo.train import group_edits, losses
+from medgrpo.train.advantages import AdvantageSpec, DRPOState, HADWState, compute_advantages
 from medgrpo.train.con_grpo_config import ConGRPOConfig
+
+VARIANTS_STATE = "medgrpo_variants_state.json"
+_MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+            "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
 
 
 def reward_settings_from_config(args: ConGRPOConfig):
@@ -61,13 +77,297 @@ class ConGRPOTrainer(GRPOTrainer):
 
             reward_funcs = build_reward_funcs(args.reward_funcs, reward_settings_from_config(args))
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+        self._init_variants(args)
+
+    # ---- GRPO variants: setup and checkpointed state ------------------------------------------------------------
+
+    def _init_variants(self, args: ConGRPOConfig) -> None:
+        self._hadw = HADWState(eta=args.hadw_eta, window=args.hadw_window) if args.hadw else None
+        self._drpo = DRPOState(decay=args.drpo_decay, max_scale=args.drpo_max_scale) if args.drpo_scaling else None
+        self._reuse = group_edits.ReuseBuffer(args.reuse_per_prompt) if args.response_reuse else None
+        self._scope_temp = None
+        if args.scope_coef > 0:
+            low, high = args.scope_entropy_band
+            t_min, t_max = args.scope_temperature_range
+            self._scope_temp = losses.AdaptiveTemperature(args.temperature, low, high, args.scope_temperature_rate,
+                                                          t_min, t_max)
+        self._scope_entropy: list[float] = []
+        self._ema_model = None
+        if args.care_bonus > 0:
+            self._ema_model = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
+            self._ema_step = 0
+        self._accuracy_index = args.reward_funcs.index("accuracy") if "accuracy" in args.reward_funcs else None
+        if args.edits_groups or args.care_bonus > 0:
+            from medgrpo.rewards import RewardFunction
+
+            self._accuracy_fn = RewardFunction("accuracy", reward_settings_from_config(args))
+            local_batch = args.per_device_train_batch_size * args.steps_per_generation
+            if local_batch % self.num_generations:
+                raise ValueError(f"group edits need whole groups on each process: per_device_train_batch_size x "
+                                 f"steps_per_generation ({local_batch}) must be a multiple of num_generations "
+                                 f"({self.num_generations})")
+        self._variant_inputs: list[dict[str, Any]] | None = None
+        self._variant_skip: list[bool] | None = None
+        self._variant_rewards: torch.Tensor | None = None
+
+    def variants_state(self) -> dict[str, Any]:
+        """The variants' state that must survive a restart (saved in each checkpoint)."""
+        state: dict[str, Any] = {}
+        for name, obj in (("hadw", self._hadw), ("drpo", self._drpo), ("reuse", self._reuse),
+                          ("scope_temperature", self._scope_temp)):
+            if obj is not None:
+                state[name] = obj.state_dict()
+        return state
+
+    def load_variants_state(self, state: dict[str, Any]) -> None:
+        for name, obj in (("hadw", self._hadw), ("drpo", self._drpo), ("reuse", self._reuse),
+                          ("scope_temperature", self._scope_temp)):
+            if obj is not None and name in state:
+                obj.load_state_dict(state[name])
+        if self._scope_temp is not None:
+            self._set_sampling_temperature(self._scope_temp.temperature)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        state = self.variants_state()
+        if state and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            tmp = os.path.join(folder, VARIANTS_STATE + ".tmp")
+            with open(tmp, "w") as fh:
+                json.dump(state, fh)
+            os.replace(tmp, os.path.join(folder, VARIANTS_STATE))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, VARIANTS_STATE) if checkpoint is not None else None
+        if path is not None and os.path.isfile(path):
+            with open(path) as fh:
+                self.load_variants_state(json.load(fh))
+
+    def _log_variant(self, name: str, value: float) -> None:
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode][f"variants/{name}"].append(float(value))
+
+    def _global_count(self, value: float) -> float:
+        return float(self.accelerator.gather(torch.tensor([float(value)], device=self.accelerator.device)).sum())
+
+    # ---- group edits (GCPO, DAVID-GRPO, AR3PO, DAPO/GDEPO resampling) -------------------------------------------
+
+    def _generate_and_score_completions(self, inputs):
+        self._variant_inputs = inputs  # _generate sees only the prompts; the edits need the records' columns
+        self._variant_skip = None
+        if self._scope_temp is not None and self._scope_entropy and self.model.training:
+            self._set_sampling_temperature(self._scope_temp.update(sum(self._scope_entropy) / len(self._scope_entropy)))
+            self._scope_entropy.clear()
+        output = super()._generate_and_score_completions(inputs)
+        if self.args.recomputes_advantages and self.model.training:
+            output["advantages"] = self._variant_advantages(inputs, output)
+        return output
+
+    def _set_sampling_temperature(self, temperature: float) -> None:
+        """SCOPE-RL: sample hotter or cooler. Log-probs stay at the config temperature (TRL's fused LM head), so the
+        loss trains the policy on positives drawn from the tempered distribution, as SCOPE-RL prescribes."""
+        self.generation_config.temperature = temperature
+        self.generation_kwargs["temperature"] = temperature
+        self._log_variant("scope_temperature", temperature)
+
+    def _accuracy(self, inputs: list[dict[str, Any]], completions: list[Any]) -> list[float | None]:
+        columns = {k: [row[k] for row in inputs] for k in inputs[0] if k not in ("prompt", "images")}
+        return self._accuracy_fn(prompts=[row["prompt"] for row in inputs], completions=completions, **columns)
+
+    def _as_completion(self, text: str, like: Any) -> Any:
+        return [{"role": "assistant", "content": text}] if isinstance(like, list) else text
+
+    def _generate(self, prompts: list):
+        result = super()._generate(prompts)
+        if not (self.args.edits_groups and self.model.training):
+            return result
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, images, tool_images = result
+        inputs, g = self._variant_inputs, self.num_generations
+        completion_ids, completions = list(completion_ids), list(completions)
+        logprobs = list(logprobs) if logprobs is not None else None
+        correct = group_edits.is_correct(self._accuracy(inputs, completions))
+        rollouts = len(completion_ids)
+        for _ in range(self.args.dynamic_sampling_tries):
+            todo = group_edits.zero_variance_groups(correct, g)
+            if self._global_count(len(todo)) == 0:
+                break
+            # every process generates the same number of times (collectives under DeepSpeed/vLLM); one with nothing
+            # to resample regenerates its first group and discards the result
+            rows = [i for grp in (todo or [0]) for i in range(grp * g, (grp + 1) * g)]
+            new_ids, new_logps = self._resample([prompts[i] for i in rows])
+            if not todo:
+                continue
+            texts = self.processing_class.batch_decode(new_ids, skip_special_tokens=True)
+            for j, i in enumerate(rows):
+                completion_ids[i] = new_ids[j]
+                completions[i] = self._as_completion(texts[j], completions[i])
+                if logprobs is not None:
+                    logprobs[i] = new_logps[j] if new_logps is not None else [None] * len(new_ids[j])
+            sub = self._accuracy([inputs[i] for i in rows], [completions[i] for i in rows])
+            for j, ok in enumerate(group_edits.is_correct(sub)):
+                correct[rows[j]] = ok
+            rollouts += len(rows)
+        keys = [str(row.get("id", i // g)) for i, row in enumerate(inputs)]
+        if self._reuse is not None:
+            texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+            group_edits.remember_correct(self._reuse, correct, keys, [list(x) for x in completion_ids], texts)
+        gold = [self._gold(row) for row in inputs]
+        plan = group_edits.plan_edits(
+            correct, keys, gold, g,
+            seed_gold=self.state.global_step < self.args.gold_seed_steps,
+            reuse=self._reuse, inject_gold=self.args.golden_injection,
+        )
+        for rep in plan.replacements:
+            completion_ids[rep.index] = rep.ids
+            completions[rep.index] = self._as_completion(rep.text, completions[rep.index])
+            if logprobs is not None:  # unknown sampler log-probs: TRL reads None as "no IS correction"
+                logprobs[rep.index] = [None] * len(rep.ids)
+            correct[rep.index] = True
+        if self.args.skip_zero_variance:
+            flat = set(group_edits.zero_variance_groups(correct, g))
+            self._variant_skip = [i // g in flat for i in range(len(correct))]
+            self._log_variant("skipped_groups", self._global_count(len(flat)))
+        for name, count in plan.counts.items():
+            if name == "gold_seeded" and self.args.gold_seed_steps == 0:
+                continue
+            if name == "reused" and self._reuse is None:
+                continue
+            if name == "gold_injected" and not self.args.golden_injection:
+                continue
+            self._log_variant(f"{name}_groups", self._global_count(count))
+        self._log_variant("rollouts", self._global_count(rollouts))
+        return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, images, tool_images
+
+    def _resample(self, prompts: list) -> tuple[list[list[int]], list | None]:
+        """New completions for whole groups of prompts (DAPO dynamic sampling), through TRL's generation path."""
+        prompt_ids, images, multimodal_fields = self._tokenize_prompts(copy.deepcopy(prompts))
+        completion_ids, logprobs = self._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                              self.num_generations)
+        return [list(x) for x in completion_ids], logprobs
+
+    def _gold(self, row: dict[str, Any]) -> tuple[list[int], str] | None:
+        """The record's gold completion (``target`` column) as token ids ending in EOS, and its text."""
+        text = row.get("target") or ""
+        if not text:
+            return None
+        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(ids) + [self.eos_token_ids[0]], text
+
+    # ---- advantage variants and the GRPO-CARE bonus --------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         # rewards_per_func is gathered over processes; gather the task names in the same order.
         tasks = gather_object([example.get("task", "") for example in inputs])
         self._log_task_metrics(rewards_per_func, tasks)
+        if self.args.recomputes_advantages:
+            self._variant_rewards = rewards_per_func
+            if self.args.ips_scaling:
+                from medgrpo.rewards import parse_completion
+
+                self._variant_outcomes = gather_object([parse_completion(c).answer or "" for c in completions])
+            if self.args.drpo_scaling:
+                self._variant_modalities = gather_object([row.get("modality") or "" for row in inputs])
         return rewards_per_func
+
+    def _variant_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> torch.Tensor:
+        """Advantages recomputed from the GLOBAL rewards with the configured variants; returns this process's slice."""
+        args = self.args
+        rewards = self._variant_rewards
+        weights = self.reward_weights.to(rewards.device)
+        if args.care_bonus > 0:
+            bonus = self._care_bonus(output, rewards)
+            rewards = torch.cat([rewards, bonus.unsqueeze(1)], dim=1)
+            weights = torch.cat([weights, weights.new_ones(1)])
+            self._metrics["train"]["rewards/care/mean"].append(bonus.mean().item())
+        estimator = args.advantage_estimator
+        if estimator == "grpo" and args.multi_objective_aggregation == "normalize_then_sum":
+            estimator = "gdpo"
+        spec = AdvantageSpec(
+            estimator=estimator, scope=args.scale_rewards, accuracy_index=self._accuracy_index,
+            equal_right_margin=args.equal_right_margin, taros_std_ref=args.taros_std_ref,
+            taros_sparsity=args.taros_sparsity, ips=args.ips_scaling, ips_max_scale=args.ips_max_scale,
+            hadw=args.hadw, hadw_lambda=args.hadw_lambda, drpo=args.drpo_scaling,
+        )
+        advantages, stats = compute_advantages(
+            rewards, weights, self.num_generations, spec,
+            outcomes=getattr(self, "_variant_outcomes", None) if args.ips_scaling else None,
+            modalities=getattr(self, "_variant_modalities", None) if args.drpo_scaling else None,
+            hadw_state=self._hadw, drpo_state=self._drpo,
+        )
+        if self._variant_skip is not None:
+            skip = self.accelerator.gather(torch.tensor(self._variant_skip, device=advantages.device))
+            advantages = advantages.masked_fill(skip.to(advantages.device), 0.0)
+        for name, value in stats.items():
+            self._metrics["train"][name].append(value)
+        n = len(inputs)
+        start = self.accelerator.process_index * n
+        return advantages[start:start + n].to(output["completion_ids"].device)
+
+    def _care_bonus(self, output: dict[str, Any], rewards: torch.Tensor) -> torch.Tensor:
+        """GRPO-CARE: answer likelihood under the EMA reference -> consistency bonus for every global completion."""
+        if self.state.global_step - self._ema_step >= self.args.care_ema_every:
+            losses.ema_update(self._ema_model, self.accelerator.unwrap_model(self.model), self.args.care_ema_decay)
+            self._ema_step = self.state.global_step
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self._ema_model, ids, attention, output["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+                **{k: output.get(k) for k in _MM_KEYS},
+            )
+        open_ids = self._tokenizer("<answer>", add_special_tokens=False)["input_ids"]
+        tokens = losses.answer_mask(output["completion_ids"], output["completion_mask"], open_ids)
+        likelihood = self.accelerator.gather(losses.answer_logp(logps, tokens))
+        accuracy = rewards[:, self._accuracy_index]
+        return losses.care_bonus(likelihood.to(accuracy.device), accuracy, self.num_generations, self.args.care_bonus)
+
+    # ---- TIC-GRPO / SCOPE-RL loss path -------------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self.args.uses_own_loss:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if return_outputs:
+            raise ValueError("ConGRPOTrainer does not return outputs")
+        return self._variant_loss(model, inputs)
+
+    def _variant_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
+        """TIC-GRPO's trajectory-ratio surrogate (or GRPO's token-ratio one) plus SCOPE-RL's positive-sample NLL."""
+        args, mode = self.args, "train" if self.model.training else "eval"
+        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            completion_ids.size(1),
+            compute_entropy=True,
+            **{k: inputs.get(k) for k in _MM_KEYS},
+        )
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        advantages = inputs["advantages"]
+        if args.trajectory_ratio:
+            loss, stats = losses.trajectory_ratio_loss(logps, old, advantages, mask, self.epsilon_low,
+                                                       self.epsilon_high, args.tic_log_ratio_clamp)
+            self._metrics[mode]["variants/tic_log_ratio_mean"].append(stats["log_ratio_mean"])
+        else:
+            loss, stats = losses.token_ratio_loss(logps, old, advantages, mask, self.epsilon_low, self.epsilon_high)
+        self._metrics[mode]["variants/clip_ratio"].append(stats["clip_ratio"])
+        entropy = ((entropies * mask).sum() / mask.sum().clamp(min=1.0)).item()
+        self._metrics[mode]["entropy"].append(entropy)
+        if args.scope_coef > 0:
+            nll = losses.positive_nll(logps, advantages, mask)
+            loss = loss + args.scope_coef * nll
+            self._metrics[mode]["variants/scope_positive_nll"].append(nll.item())
+            if mode == "train":
+                self._scope_entropy.append(entropy)
+        if mode == "train":
+            loss = loss / self.current_gradient_accumulation_steps
+        return loss
 
     def _log_task_metrics(self, rewards_per_func: torch.Tensor, tasks: list[str]) -> None:
         """``tasks/<task>/<reward>``: the mean of each reward component per task family (NaN = not applicable)."""

@@ -44,6 +44,29 @@ def trajectory_ratio_loss(
     return loss, {"clip_ratio": is_clipped.float().mean().item(), "log_ratio_mean": log_ratio.mean().item()}
 
 
+def token_ratio_loss(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO surrogate (DeepSeekMath): per-token ratio ``pi/pi_old`` in PPO's clipped objective, averaged over each
+    sequence's tokens, then over sequences. The policy term of the SCOPE-RL path when TIC is off.
+
+    Returns: the scalar loss and ``{"clip_ratio"}`` (share of completion tokens clipped).
+    """
+    ratio = torch.exp(per_token_logps - old_per_token_logps)
+    adv = advantages.unsqueeze(1)
+    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)
+    loss = ((per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
+    is_clipped = ((ratio < 1 - epsilon_low) & (adv < 0)) | ((ratio > 1 + epsilon_high) & (adv > 0))
+    share = (is_clipped.float() * mask).sum() / mask.sum().clamp(min=1.0)
+    return loss, {"clip_ratio": share.item()}
+
+
 def positive_nll(per_token_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """SCOPE-RL regulariser [inferred form]: the mean, over completions with a positive advantage, of their
     token-mean negative log-likelihood under the policy; 0 (with a graph) when the batch has none.
