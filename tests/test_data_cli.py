@@ -92,3 +92,6 @@ def test_help_and_unknown_subcommand(capsys):
     with pytest.raises(SystemExit) as conv:
         main(["data", "convert", "--help"])
     assert conv.value.code == 0 and "omnimedvqa" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as build:  # registered subcommands are importable and parse their options
+        main(["data", "build", "--help"])
+    assert build.value.code == 0 and "--config" in capsys.readouterr().out

@@ -2,8 +2,8 @@
 
 Each subcommand is registered in :data:`SUBCOMMANDS` as ``name -> (help, "module:configure")``; ``configure``
 adds the subcommand's options to its parser and returns the function that runs it (``args -> exit code``).
-Modules are imported only when their subcommand runs, so a new subcommand (e.g. ``build``) is one line here plus
-its own module.
+Modules are imported only when their subcommand runs, so a new subcommand is one line here plus its own module
+(``build`` lives in :mod:`medgrpo.data.build.cli`).
 
 Exit codes: 0 success, 1 ``validate`` found bad rows, 2 bad input (one line on stderr: ``medgrpo: <reason>``).
 """
@@ -22,6 +22,7 @@ Runner = Callable[[argparse.Namespace], int]
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("check every row of a dataset folder (file:line: field: reason)", "medgrpo.data.cli:configure_validate"),
     "convert": ("convert a public dataset layout into a MedAD dataset folder", "medgrpo.data.cli:configure_convert"),
+    "build": ("build MedAD-style training data from a labelled public source", "medgrpo.data.build.cli:configure"),
 }
 
 
