@@ -26,7 +26,11 @@ def main() -> None:
     p.add_argument("--batch-sizes", default="8,16,32,64")
     p.add_argument("--repeats", type=int, default=2, help="timed repeats per setting; the best is reported")
     args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="medgrpo-bench-") as tmp:
+        bench(args, Path(tmp))
 
+
+def bench(args: argparse.Namespace, tmp: Path) -> None:
     import torch
 
     from medgrpo.data import load_records
@@ -34,7 +38,6 @@ def main() -> None:
     from medgrpo.eval.generate import Prompt, TransformersGenerator
     from medgrpo.prompts import build_prompt
 
-    tmp = Path(tempfile.mkdtemp(prefix="medgrpo-bench-"))
     if args.model:
         model = Path(args.model)
     else:
