@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 from trl.chat_template_utils import has_generation_markers, is_chat_template_stop_token_trained
 from trl.data_utils import prepare_multimodal_messages
 
@@ -186,6 +186,9 @@ def test_parameter_counts_match_the_loaded_model(model_dirs: dict[str, Path], ar
 def test_demo_preset_is_larger_and_sees_a_128px_image_as_16_tokens(tmp_path: Path, arch: str) -> None:
     folder = build_tiny_model(arch, "demo", tmp_path / arch)
     assert 1_200_000 < parameter_counts(folder)["total"] < 5_000_000
+    text = AutoConfig.from_pretrained(folder).get_text_config()
+    head_dim = text.hidden_size // text.num_attention_heads
+    assert sum(text.rope_parameters["mrope_section"]) == head_dim // 2
     grid = ImageGrid.from_processor(AutoProcessor.from_pretrained(folder), arch)
     assert grid.resized_size(128, 128) == ((112, 112) if grid.factor == 28 else (128, 128))
 
@@ -233,3 +236,11 @@ def test_unknown_arch_or_preset_is_a_one_line_error(tmp_path: Path) -> None:
         build_tiny_model("qwen2_vl", "huge", tmp_path / "x")
     assert not (tmp_path / "x").exists()
     assert set(PRESETS) == {"ci", "demo"}
+
+
+def test_mrope_split_follows_the_real_models_at_their_head_dim() -> None:
+    assert tiny_module._mrope_section("qwen2_5_vl", 128) == [16, 24, 24]  # Qwen2/2.5-VL config.json
+    assert tiny_module._mrope_section("qwen3_vl", 128) == [24, 20, 20]  # Qwen3-VL config.json
+    for arch in ARCHS:
+        for head_dim in (16, 32, 64):
+            assert sum(tiny_module._mrope_section(arch, head_dim)) == head_dim // 2

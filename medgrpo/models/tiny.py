@@ -48,7 +48,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # such as Qwen2.5-VL's full-attention blocks and Qwen3-VL's deepstack are real, 2x2 merged vision patches).
     # About 0.3M parameters: a build takes ~1 s and a CPU GRPO step well under a second.
     "ci": {
-        "hidden_size": 64,  # 4 heads x head_dim 16: the smallest head_dim whose mrope split has room for t/h/w
+        "hidden_size": 64,  # 4 heads x head_dim 16: 8 rotary frequencies, split t:h:w as 2:3:3 (Qwen3: 4:2:2)
         "num_hidden_layers": 2,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,  # GQA as in every real Qwen-VL
@@ -64,7 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # demo: large enough to learn MedAD-Synth on CPU in minutes (the research brief measured 1.6M-5.1M params at
     # 1.1-1.5 s per GRPO step), small enough that SFT + GRPO fit in a few minutes on 2 cores. About 1.5M params.
     "demo": {
-        "hidden_size": 128,  # head_dim 32: an mrope split of 16 frequencies, enough for 2D positions of 4x4 images
+        "hidden_size": 128,  # head_dim 32: 16 rotary frequencies, split t:h:w as 4:6:6 (Qwen3: 6:5:5)
         "num_hidden_layers": 4,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
@@ -132,10 +132,7 @@ def _mrope_section(arch: str, head_dim: int) -> list[int]:
     """Split the rotary half-dimension into (temporal, height, width) frequencies, in the real models' ratios:
     Qwen2-VL / Qwen2.5-VL 16:24:24 (of 64), Qwen3-VL 24:20:20 interleaved. Sums to ``head_dim // 2``."""
     half = head_dim // 2
-    if arch == "qwen3_vl":
-        hw = half * 20 // 64
-        return [half - 2 * hw, hw, hw]
-    hw = half * 24 // 64
+    hw = half * (20 if arch == "qwen3_vl" else 24) // 64
     return [half - 2 * hw, hw, hw]
 
 
