@@ -28,6 +28,8 @@ def root(tmp_path):
     Image.new("RGB", (200, 100), (40, 40, 40)).save(tmp_path / "a.png")
     Image.new("L", (64, 64), 200).save(tmp_path / "b.png")
     (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n-truncated")
+    full = write_dicom(tmp_path / "full.dcm", np.zeros((64, 64), np.uint16)).read_bytes()
+    (tmp_path / "cut.dcm").write_bytes(full[: len(full) // 2])
     return tmp_path
 
 
@@ -61,6 +63,7 @@ def test_sft_rows_and_multi_image(root):
 BAD = {
     "missing image": _rec("bad", images=("nope.png",)),
     "corrupt image": _rec("bad", images=("broken.png",)),
+    "truncated dicom": _rec("bad", images=("cut.dcm",)),
     "outside root": _rec("bad", images=("../x.png",)),
     "box outside image": _rec("bad", bbox=[[10.0, 10.0, 250.0, 50.0]]),
     "cot box outside": _rec("bad", cot="see <box>[0, 0, 10, 300]</box>"),
@@ -126,3 +129,20 @@ def test_phi_never_leaves_the_dicom_loader(tmp_path, caplog):
 
     copy = next(p for p in artifacts if p.suffix == ".dcm")
     np.testing.assert_array_equal(read_dicom(copy)[0], read_dicom(src / "imgs" / "study.dcm")[0])
+
+
+def test_images_are_a_fixed_point_of_each_tiny_processor(tiny_model_dirs, synth_dir):
+    """What the builders hand to TRL is already on each real processor's grid: re-processing keeps the size,
+    so trainer, vLLM and evaluator count the same image tokens."""
+    from transformers import AutoProcessor
+
+    records = load_records(synth_dir, split="test")[:4]
+    for arch, path in tiny_model_dirs.items():
+        processor = AutoProcessor.from_pretrained(path)
+        grid = ImageGrid.from_processor(processor, arch)
+        ds = to_grpo_dataset(records, synth_dir, grid)
+        patch = processor.image_processor.patch_size
+        for row in ds:
+            (_, gh, gw), = processor.image_processor(images=row["images"][:1], return_tensors="np")["image_grid_thw"]
+            assert [gw * patch, gh * patch] == row["model_image_size"], arch
+            assert row["box_format"] == ("abs" if arch == "qwen2_5_vl" else "rel1000")

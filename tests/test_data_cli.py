@@ -95,3 +95,8 @@ def test_help_and_unknown_subcommand(capsys):
     with pytest.raises(SystemExit) as build:  # registered subcommands are importable and parse their options
         main(["data", "build", "--help"])
     assert build.value.code == 0 and "--config" in capsys.readouterr().out
+
+
+def test_validate_the_embedded_synth_folder(synth_dir, capsys):
+    assert main(["data", "validate", str(synth_dir)]) == 0
+    assert capsys.readouterr().out.startswith("ok: ")
