@@ -58,3 +58,106 @@ def test_reuse_before_gold_and_buffer_bounds():
     restored = ReuseBuffer()
     restored.load_state_dict(buffer.state_dict())
     assert restored.get("a") == ([5], "v") and restored.get("d") == ([6], "u")
+
+
+# ---- stub generation through the real trainer (ci tiny model) ----------------------------------------------------
+
+
+def _stub_trainer(tiny_model_dirs, synth_dir, tmp_path, correct_from_call=None, **overrides):
+    """A trainer whose sampler answers every prompt wrongly (from call ``correct_from_call`` on, the first member
+    of each group answers right); returns the trainer and the list of scored batches it produced."""
+    from test_variants_train import make_trainer
+
+    trainer = make_trainer(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path, samples=2, **overrides)
+    calls, batches = [0], []
+
+    def completion(letter):
+        ids = trainer._tokenizer(f"<think>nothing</think>\n<answer>{letter}</answer>", add_special_tokens=False)
+        return list(ids["input_ids"]) + [trainer.eos_token_ids[0]]
+
+    def fake_generate(prompt_ids, images, multimodal_fields, num_generations):
+        n = len(prompt_ids)
+        # the rows being (re)sampled are the first n of the batch's inputs that share these prompts
+        answers = [row["answer"] for row in trainer._variant_inputs][:n] if n == len(trainer._variant_inputs) \
+            else [trainer._variant_inputs[0]["answer"]] * n
+        right = correct_from_call is not None and calls[0] >= correct_from_call
+        calls[0] += 1
+        out = []
+        for i, answer in enumerate(answers):
+            wrong = "B" if answer == "A" else "A"
+            out.append(completion(answer if right and i % num_generations == 0 else wrong))
+        return out, None
+
+    original = trainer._generate_and_score_completions
+
+    def recording(inputs):
+        output = original(inputs)
+        batches.append((inputs, output))
+        return output
+
+    trainer._generate_single_turn = fake_generate
+    trainer._generate_and_score_completions = recording
+    return trainer, batches
+
+
+def _rows(trainer, output):
+    ids = output["completion_ids"].tolist()
+    mask = output["completion_mask"].tolist()
+    return [[t for t, m in zip(row, keep, strict=True) if m] for row, keep in zip(ids, mask, strict=True)]
+
+
+def test_stub_all_wrong_groups_get_the_gold_answer(tiny_model_dirs, synth_dir, tmp_path):
+    import math
+
+    trainer, batches = _stub_trainer(tiny_model_dirs, synth_dir, tmp_path, golden_injection=True)
+    trainer.train()
+    for inputs, output in batches:
+        rows, adv = _rows(trainer, output), output["advantages"].tolist()
+        for start in range(0, len(rows), 2):
+            gold_ids, _ = trainer._gold(inputs[start + 1])
+            assert rows[start + 1] == gold_ids  # the last member of each all-wrong group is the gold completion
+            assert adv[start + 1] > 0 > adv[start]
+    assert [v for e in trainer.state.log_history for k, v in e.items() if k == "variants/gold_injected_groups"] \
+        == [2.0, 2.0]
+    assert all(math.isfinite(e["loss"]) for e in trainer.state.log_history if "loss" in e)
+
+
+def test_stub_reuse_puts_a_past_correct_answer_back(tiny_model_dirs, synth_dir, tmp_path):
+    # call 0: one correct member per group (stored in the AR3PO buffer); call 1: all wrong -> reuse it
+    trainer, batches = _stub_trainer(tiny_model_dirs, synth_dir, tmp_path, correct_from_call=0, max_steps=1,
+                                     response_reuse=True)
+    trainer.train()
+    first_inputs, first = batches[0]
+    stored = {row["id"]: ids for row, ids in zip(first_inputs, _rows(trainer, first), strict=True)
+              if trainer._reuse.get(row["id"]) and trainer._reuse.get(row["id"])[0] == ids}
+    assert len(stored) == 2  # each prompt's correct completion is buffered
+    trainer2, batches2 = _stub_trainer(tiny_model_dirs, synth_dir, tmp_path / "b", max_steps=1, response_reuse=True)
+    trainer2._reuse.load_state_dict(trainer._reuse.state_dict())
+    trainer2.train()
+    inputs, output = batches2[0]
+    rows, adv = _rows(trainer2, output), output["advantages"].tolist()
+    for start in range(0, len(rows), 2):
+        assert rows[start + 1] == stored[inputs[start + 1]["id"]]
+        assert adv[start + 1] > 0 > adv[start]
+
+
+def test_stub_dynamic_sampling_resamples_zero_variance_groups(tiny_model_dirs, synth_dir, tmp_path):
+    # the first generation is all wrong, the resample has one right member per group
+    trainer, batches = _stub_trainer(tiny_model_dirs, synth_dir, tmp_path, correct_from_call=1, max_steps=1,
+                                     dynamic_sampling_tries=2, skip_zero_variance=True)
+    trainer.train()
+    inputs, output = batches[0]
+    adv = output["advantages"].tolist()
+    assert adv[0] > 0 > adv[1] and adv[2] > 0 > adv[3]
+    history = trainer.state.log_history[0]
+    assert history["variants/rollouts"] == 8.0  # 4 sampled + 4 resampled; the second try finds nothing to do
+    assert history["variants/skipped_groups"] == 0.0
+
+
+def test_stub_skip_zeroes_groups_that_stay_uniform(tiny_model_dirs, synth_dir, tmp_path):
+    trainer, batches = _stub_trainer(tiny_model_dirs, synth_dir, tmp_path, max_steps=1, dynamic_sampling_tries=1,
+                                     skip_zero_variance=True, advantage_estimator="equal_right")
+    trainer.train()
+    # equal-right would give every wrong answer -margin; skipping zero-variance groups removes them
+    assert batches[0][1]["advantages"].abs().sum().item() == 0.0
+    assert trainer.state.log_history[0]["variants/skipped_groups"] == 2.0

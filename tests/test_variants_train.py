@@ -111,7 +111,7 @@ EXPECTED_LOGS = {
 }
 
 
-def make_trainer(model_dir, data_dir, out, **overrides):
+def make_trainer(model_dir, data_dir, out, samples=8, **overrides):
     from medgrpo.data import to_grpo_dataset
     from medgrpo.train.args import DataArguments, MedModelConfig
     from medgrpo.train.con_grpo_config import ConGRPOConfig
@@ -119,11 +119,12 @@ def make_trainer(model_dir, data_dir, out, **overrides):
     from medgrpo.train.modeling import load_for_training
     from medgrpo.train.run import load_training_records
 
-    data_args = DataArguments(dataset_path=str(data_dir), max_train_samples=8)
+    data_args = DataArguments(dataset_path=str(data_dir), max_train_samples=samples)
     model_args = MedModelConfig(model_name_or_path=str(model_dir), dtype="float32")
     settings = dict(output_dir=str(out), max_steps=2, per_device_train_batch_size=4, num_generations=2,
                     max_completion_length=16, report_to="none", save_strategy="no", logging_steps=1, beta=0.0,
-                    bf16=False, gradient_checkpointing=False, learning_rate=1e-3, seed=0, reward_weights=[0.5, 1.0, 0.5, 0.5, 0.5])
+                    bf16=False, gradient_checkpointing=False, learning_rate=1e-3, seed=0,
+                    reward_weights=[0.5, 1.0, 0.5, 0.5, 0.5])
     settings.update(overrides)
     model, processor, grid = load_for_training(model_args, data_args)
     dataset = to_grpo_dataset(load_training_records(data_args), data_args.root, grid)
