@@ -178,6 +178,12 @@ def _scrub_json_paths(folder: Path) -> None:
             path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _set_adapter_base(path: Path, base: str | None) -> None:
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = base
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def _scannable_text(path: Path) -> str | None:
     """The text of a file that could carry a path: text files whole, the JSON header of a safetensors file.
 
@@ -307,7 +313,7 @@ def export_model(
     except CardError as e:
         raise ExportError(str(e)) from None
     base = adapter_base(run_dir)
-    is_adapter = base is not None and keep_adapter
+    adapter_of = base if keep_adapter else None
     model, processor = load_source(run_dir, merge=not keep_adapter)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -319,6 +325,8 @@ def export_model(
         if not (tmp / "generation_config.json").exists():  # adapters save none; users still want greedy defaults
             model.generation_config.save_pretrained(tmp)
         processor.save_pretrained(tmp)
+        if adapter_of:  # peft records the weights' origin, which is not the base of a stage-2 adapter
+            _set_adapter_base(tmp / ADAPTER_CONFIG, hub_id(adapter_of))
         _scrub_json_paths(tmp)
         if chain:
             (tmp / RUN_INFO).write_text(json.dumps(scrub(chain[-1]), indent=2) + "\n", encoding="utf-8")
@@ -332,7 +340,7 @@ def export_model(
             base_model=root_base_model(chain, base),
             metrics=metrics_data,
             license=license,
-            is_adapter=is_adapter,
+            adapter_of=adapter_of,
             pixel_limits=(int(limits[0]), int(limits[1])) if all(limits) else None,
         )
         (tmp / "README.md").write_text(card, encoding="utf-8")

@@ -202,6 +202,19 @@ def eval_table(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def task_table(metrics: dict[str, Any]) -> str | None:
+    """Markdown: accuracy per task family (``by_task``) of every dataset, when the metrics have it."""
+    lines = ["| dataset | task | n | accuracy | 95% CI |", "|---|---|---|---|---|"]
+    for name, block in metrics["datasets"].items():
+        for task, group in (block.get("by_task") or {}).items():
+            stat = {m: (v, lo, hi) for m, v, lo, hi in _metrics_of(group if isinstance(group, dict) else {})}
+            if "accuracy" in stat:
+                v, lo, hi = stat["accuracy"]
+                ci_text = f"[{_fmt(lo)}, {_fmt(hi)}]" if lo is not None and hi is not None else "-"
+                lines.append(f"| {name} | {task} | {group.get('n', '')} | {_fmt(v)} | {ci_text} |")
+    return "\n".join(lines) if len(lines) > 2 else None
+
+
 def _trl_fields(stage: str | None) -> set[str]:
     """Fields of the TRL config class a stage is built on (what is *not* medgrpo-specific)."""
     from trl import GRPOConfig, SFTConfig
@@ -337,7 +350,7 @@ def build_model_card(
     base_model: str | None,
     metrics: dict[str, Any] | None = None,
     license: str = "apache-2.0",
-    is_adapter: bool = False,
+    adapter_of: str | None = None,
     pixel_limits: tuple[int, int] | None = None,
 ) -> str:
     """The full ``README.md``: YAML front matter the Hub validates, then the card body.
@@ -349,7 +362,7 @@ def build_model_card(
         base_model: the model training started from; only a Hub id goes into the metadata.
         metrics: a ``metrics.json`` dict from ``medgrpo eval`` for the eval table and ``model-index``.
         license: the license identifier (check the base model's license).
-        is_adapter: the export is a PEFT adapter rather than merged weights.
+        adapter_of: for an export kept as a PEFT adapter, the model it goes on top of (None: merged weights).
         pixel_limits: the processor's ``(min_pixels, max_pixels)``.
     """
     datasets = [d for d in (hub_id(x) for info in chain for x in info.get("datasets") or []
@@ -358,24 +371,29 @@ def build_model_card(
         license=license,
         base_model=hub_id(base_model),
         datasets=sorted(set(datasets)) or None,
-        library_name="peft" if is_adapter else "transformers",
+        library_name="peft" if adapter_of else "transformers",
         pipeline_tag="image-text-to-text",
         tags=["medical", "medgrpo", "grpo", "con-grpo", "trl", "reasoning", "vision-language", model_type]
-        + (["lora"] if is_adapter else []),
+        + (["lora"] if adapter_of else []),
         model_name=model_id.rstrip("/").split("/")[-1],
         eval_results=eval_results(metrics) if metrics else None,
     )
     name = card_data.model_name
     system_prompt = trained_system_prompt(chain)
     base_text = f"`{scrub(base_model)}`" if base_model else "a Qwen-VL model"
-    adapter_note = (
-        "\n\nThis repository holds a LoRA adapter, not merged weights: the usage snippet needs the base model "
-        f"({base_text}) available, and `peft` installed." if is_adapter else ""
-    )
-    eval_text = (
-        eval_table(metrics) + "\n\nValues and 95% confidence intervals as computed by `medgrpo eval`."
-        if metrics else "No evaluation results were supplied with this export (`medgrpo export --metrics`)."
-    )
+    adapter_note = ""
+    if adapter_of:
+        where = "" if hub_id(adapter_of) else (
+            ", a local folder of the training run (export without `--keep-adapter` for standalone weights)")
+        adapter_note = (
+            "\n\nThis repository holds a LoRA adapter, not merged weights: loading it needs `peft` and the "
+            f"model it was trained on, `{scrub(adapter_of)}`{where}."
+        )
+    eval_text = "No evaluation results were supplied with this export (`medgrpo export --metrics`)."
+    if metrics:
+        by_task = task_table(metrics)
+        eval_text = "\n\n".join([eval_table(metrics), *([by_task] if by_task else []),
+                                  "Values and 95% confidence intervals as computed by `medgrpo eval`."])
     body = f"""
 # {name}
 

@@ -31,6 +31,7 @@ from medgrpo.export import (
 
 ARCH = "qwen2_5_vl"
 MIN_PIXELS, MAX_PIXELS = 56 * 56, 56 * 84  # the stage-2 recipe's limits, unlike the tiny model's own
+NEW_TOKENS = 24
 DICOM_SENTINEL = "DOE^SENTINEL"
 SECRET = "hf_SECRETSECRETSECRET"
 METRICS = {
@@ -140,22 +141,29 @@ def _source_completion(run_dir: Path, export: Path) -> str:
     image = Image.open(export.parent / "scan.png").convert("RGB")
     inputs = processor(text=[text], images=[image], return_tensors="pt")
     with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=512, do_sample=False)
+        out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
     return processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)[0]
 
 
-@pytest.mark.parametrize("kind,run", [("full", "sft"), ("merged", "con_grpo")])
-def test_usage_snippet_reloads_offline_without_medgrpo_and_matches_source(kind, run, runs, exports):
-    export = exports[kind]
-    Image.new("RGB", (96, 80), (120, 60, 30)).save(export.parent / "scan.png")
-    # the Hub id of a pushed export stands for the same folder once downloaded
-    snippet = _snippet(export).replace("'org/medgrpo-tiny'", repr(f"./{export.name}"))
-    result = _run_isolated(snippet, cwd=export.parent)
+def test_usage_snippets_reload_offline_without_medgrpo_and_match_source(runs, exports):
+    pairs = [("full", "sft"), ("merged", "con_grpo")]
+    parent = exports["full"].parent
+    Image.new("RGB", (96, 80), (120, 60, 30)).save(parent / "scan.png")
+    script = ""
+    for kind, _ in pairs:
+        # the Hub id of a pushed export stands for the same folder once downloaded; fewer tokens keep CI fast
+        snippet = _snippet(exports[kind]).replace("'org/medgrpo-tiny'", repr(f"./{exports[kind].name}"))
+        assert "max_new_tokens=512" in snippet
+        snippet = snippet.replace("max_new_tokens=512", f"max_new_tokens={NEW_TOKENS}")
+        script += f"exec({snippet!r}, {{}})\nprint('<<end>>')\n"  # one interpreter start-up for both
+    result = _run_isolated(script, cwd=parent)
     assert result.returncode == 0, result.stderr[-2000:]
-    completion = result.stdout.rsplit("\nanswer:", 1)[0]
-    expected = _source_completion(runs[run], export)
-    assert completion == expected
-    assert len(set(expected)) > 3  # a non-degenerate output, so that "identical" means something
+    printed = result.stdout.split("<<end>>\n")
+    assert len(printed) == len(pairs) + 1
+    for (kind, run), out in zip(pairs, printed, strict=False):
+        expected = _source_completion(runs[run], exports[kind])
+        assert out.rsplit("\nanswer:", 1)[0] == expected
+        assert len(set(expected)) > 3  # a non-degenerate output, so that "identical" means something
 
 
 def test_merged_export_holds_stage1_plus_lora_weights(runs, exports):
@@ -226,8 +234,10 @@ def test_model_card_yaml_and_body(exports):
     assert "Stage 1: SFT" in body and "Stage 2: Con-GRPO" in body
     assert "| `evidence` | 0.75 |" in body and "| `ha_dw` | `true` |" in body
     assert "model_id = 'org/medgrpo-tiny'" in body
+    assert "| medad-synth | anomaly_detection | 6 | 1.000 | [1.000, 1.000] |" in body
     no_metrics = _front_matter(exports["adapter"] / "README.md")
     assert "model-index" not in no_metrics and no_metrics["library_name"] == "peft"
+    assert "the model it was trained on, `sft`" in (exports["adapter"] / "README.md").read_text()
 
 
 def test_export_without_provenance_or_metrics(runs, tmp_path):
@@ -305,3 +315,11 @@ def test_push_fails_with_one_clear_line(env, message, exports, tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("medgrpo: ") and message in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen3_vl"])
+def test_other_architectures_export_and_verify(arch, tiny_model_dirs, synth_dir, tmp_path):
+    out = export_model(tiny_model_dirs[arch], tmp_path / "export")
+    assert "integers on a 0-1000 grid" in (out / "README.md").read_text()
+    report = verify_export(out, tiny_model_dirs[arch], synth_dir, samples=1, max_new_tokens=4)
+    assert report.ok, report
