@@ -152,6 +152,7 @@ def test_model_folder_without_processor(tiny_model_dirs, synth_dir, tmp_path, ca
     rc = main(["--model", str(bare), "--suite", str(_suite(tmp_path, synth_dir, 2)), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("medgrpo: ") and "no processor" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
     with pytest.raises(ModelLoadError, match="LoRA adapter"):
         (tmp_path / "lora").mkdir()
         (tmp_path / "lora" / "adapter_config.json").write_text("{}")
@@ -238,3 +239,16 @@ def test_multi_image_open_ended_and_unreadable_image(tiny_model_dirs, tmp_path):
     assert ds["baselines"]["random_option"]["accuracy"] == 0.5  # the open-ended row has no options
     assert ds["baselines"]["majority_answer"]["fit_on"] == "eval"  # no train split to fit on
     assert ds["classification"] == {} and ds["anomaly"] is None
+
+
+def test_vllm_backend_without_vllm_is_one_line(tiny_model_dirs, synth_dir, tmp_path, capsys):
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vLLM is installed here")
+    rc = main(["--model", str(tiny_model_dirs["qwen2_5_vl"]), "--suite", str(_suite(tmp_path, synth_dir, 2)),
+               "--out", str(tmp_path / "o"), "--backend", "vllm"])
+    assert rc == 2 and "pip install 'medgrpo[vllm]'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

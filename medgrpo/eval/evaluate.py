@@ -24,6 +24,7 @@ from medgrpo.eval.aggregate import build_metrics
 from medgrpo.eval.generate import Generator, Prompt, make_generator, prefix_for_letters
 from medgrpo.eval.suites import DatasetSpec, Suite, SuiteError, load_suite, suite_for_path
 from medgrpo.prompts import build_prompt
+from medgrpo.rewards.settings import RewardSettings
 
 PREDICTIONS = "predictions.jsonl"
 RUN_FILE = "run.json"
@@ -98,7 +99,7 @@ def _row(dataset: str, record: MedADRecord, completion: str, n_tokens: int, scor
 
 
 def _score_batch(gen: Generator, spec: DatasetSpec, records: list[MedADRecord], root: Path, cfg: GenerationConfig,
-                 image_settings: Any, reward_settings: Any, skipped: list[str]) -> list[dict[str, Any]]:
+                 image_settings: Any, reward_settings: RewardSettings, skipped: list[str]) -> list[dict[str, Any]]:
     """Generate, verify and (for anomaly detection) letter-score one batch; unreadable images go to ``skipped``
     under ``on_bad_record: skip`` and stop the run otherwise."""
     from medgrpo.data.images import ImageError
@@ -145,16 +146,15 @@ def _score_batch(gen: Generator, spec: DatasetSpec, records: list[MedADRecord], 
 
 
 def _check_run_file(out_dir: Path, cfg: GenerationConfig) -> None:
+    """Refuse to resume into a folder whose predictions were made with other settings."""
     path = out_dir / RUN_FILE
-    want = asdict(cfg)
-    if path.is_file():
-        have = json.loads(path.read_text(encoding="utf-8"))
-        for key, value in want.items():
-            if have.get(key) != value:
-                raise EvalError(f"{out_dir}: holds predictions made with {key}={have.get(key)!r}, not {value!r}; "
-                                "use another --out (or delete the folder) to start a new run")
-    else:
-        write_atomic(path, json.dumps(want, indent=2) + "\n")
+    if not path.is_file():
+        return
+    have = json.loads(path.read_text(encoding="utf-8"))
+    for key, value in asdict(cfg).items():
+        if have.get(key) != value:
+            raise EvalError(f"{out_dir}: holds predictions made with {key}={have.get(key)!r}, not {value!r}; "
+                            "use another --out (or delete the folder) to start a new run")
 
 
 def evaluate(
@@ -171,7 +171,7 @@ def evaluate(
     max_new_tokens: int | None = None,
     seed: int = 0,
     n_boot: int = 1000,
-    reward_settings: Any = None,
+    reward_settings: RewardSettings | None = None,
     generator: Generator | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -198,8 +198,6 @@ def evaluate(
     if batch_size < 1 or num_samples < 1 or (limit is not None and limit < 1):
         raise EvalError("batch_size, num_samples and limit must be positive")
     loaded = {spec.name: (spec, *_load_dataset(spec, limit)) for spec in suite.datasets}  # fail before the model
-    from medgrpo.rewards.settings import RewardSettings
-
     # reports promise IoU and Acc@0.5: the GIoU training variant is a reward shaping, not a metric
     reward_settings = replace(reward_settings or RewardSettings(), grounding_metric="iou")
     cfg = GenerationConfig(model=str(Path(model_path).resolve()), backend=backend,
@@ -207,21 +205,26 @@ def evaluate(
                            temperature=temperature, top_p=top_p, seed=seed,
                            evidence_backend=reward_settings.evidence_backend)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     _check_run_file(out, cfg)
     pred_path = out / PREDICTIONS
     done_rows = read_predictions(pred_path)
-    write_atomic(pred_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in done_rows))  # drop a torn line
     done = {(r["dataset"], r["id"]) for r in done_rows}
     todo = {name: [r for r in records if (name, r.id) not in done] for name, (_, records, _) in loaded.items()}
 
     if any(todo.values()):
-        gen = generator or make_generator(backend, model_path)
+        # vLLM reserves memory per image slot: tell it the most images one record brings
+        most = max(len(r.images) for records in todo.values() for r in records)
+        gen = generator or make_generator(backend, model_path, **({"max_images": most} if backend == "vllm" else {}))
+        out.mkdir(parents=True, exist_ok=True)  # only once the model loaded: a refused run leaves nothing behind
+        if not (out / RUN_FILE).is_file():
+            write_atomic(out / RUN_FILE, json.dumps(asdict(cfg), indent=2) + "\n")
+        write_atomic(pred_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in done_rows))  # drop a torn line
         with open(pred_path, "a", encoding="utf-8") as fh:
             for name, records in todo.items():
                 spec = loaded[name][0]
                 _generate_dataset(gen, spec, records, cfg, batch_size, fh, reward_settings, progress,
                                   loaded[name][2].skipped)
+    out.mkdir(parents=True, exist_ok=True)
 
     by_id = {(r["dataset"], r["id"]): r for r in read_predictions(pred_path)}
     datasets = {}
@@ -237,7 +240,7 @@ def evaluate(
 
 
 def _generate_dataset(gen: Generator, spec: DatasetSpec, records: list[MedADRecord], cfg: GenerationConfig,
-                      batch_size: int, fh: Any, reward_settings: Any, progress: bool, skipped: list[str]) -> None:
+                      batch_size: int, fh: Any, reward_settings: RewardSettings, progress: bool, skipped: list[str]) -> None:
     from tqdm.auto import tqdm
 
     from medgrpo.data.preprocess import ImageSettings
