@@ -39,7 +39,7 @@ def test_multipage_tiff_frames(tmp_path):
     pages[0].save(tmp_path / "m.tif", save_all=True, append_images=pages[1:])
     assert np.asarray(load_image(tmp_path / "m.tif")[0])[0, 0] == 20
     assert [np.asarray(p)[0, 0] for p in load_image(tmp_path / "m.tif", frames=(0, 2))] == [10, 30]
-    with pytest.raises(ImageError, match="not available"):
+    with pytest.raises(ImageError, match="frame 5 does not exist"):
         load_image(tmp_path / "m.tif", frames=(5,))
 
 

@@ -79,16 +79,18 @@ def _first(value: Any) -> float:
     return float(value[0]) if isinstance(value, MultiValue | list | tuple) else float(value)
 
 
-def _select_frames(n_frames: int, frames: str | tuple[int, ...], path: Path) -> list[int]:
-    if n_frames == 1 or frames == "middle":  # a frame choice only applies to multi-frame files
+def select_frames(n_frames: int, frames: str | tuple[int, ...]) -> list[int]:
+    """Indices of the frames to keep: ``"middle"``, ``"all"`` or explicit 0-based indices. A single-frame file
+    always gives its one frame (a frame choice applies to multi-frame files). Raises ValueError."""
+    if n_frames == 1 or frames == "middle":
         return [n_frames // 2]
     if frames == "all":
         return list(range(n_frames))
     if isinstance(frames, str):
-        raise DicomError(f"{path}: frames must be 'middle', 'all' or a list of indices, not '{frames}'")
+        raise ValueError(f"frames must be 'middle', 'all' or a list of indices, not '{frames}'")
     bad = [i for i in frames if not 0 <= i < n_frames]
     if bad:
-        raise DicomError(f"{path}: frame {bad[0]} does not exist (the file has {n_frames} frame(s))")
+        raise ValueError(f"frame {bad[0]} does not exist (the file has {n_frames} frame(s))")
     return list(frames)
 
 
@@ -210,23 +212,23 @@ def read_dicom(
     _check_decoder(ds, path)
     try:
         n_frames = int(ds.get("NumberOfFrames", 1) or 1)
-        indices = _select_frames(n_frames, frames, path)
-        arr = ds.pixel_array
-    except DicomError:
-        raise
+        indices = select_frames(n_frames, frames)
+    except ValueError as exc:
+        raise DicomError(f"{path}: {exc}") from None
+    try:
+        if n_frames > 1 and len(indices) < n_frames:  # decode only the chosen frames of a long series
+            from pydicom.pixels import pixel_array
+
+            arrays = [pixel_array(ds, index=i) for i in indices]
+        else:
+            arr = ds.pixel_array
+            arrays = [arr] if n_frames == 1 else list(arr)
     except Exception as exc:  # pydicom raises many types for truncated/inconsistent pixel data
         raise DicomError(f"{path}: pixel data cannot be decoded ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0][:160]})") from None
-    samples = int(ds.get("SamplesPerPixel", 1))
-    if n_frames == 1:
-        arr = arr[None]  # uniform (frames, H, W[, 3]) indexing below
-    out = []
-    for i in indices:
-        if samples == 1:
-            out.append(_mono_to_uint8(arr[i], ds, explicit, percentiles))
-        else:
-            out.append(_colour_to_uint8(arr[i], ds))
-    return out
+    if int(ds.get("SamplesPerPixel", 1)) == 1:
+        return [_mono_to_uint8(a, ds, explicit, percentiles) for a in arrays]
+    return [_colour_to_uint8(a, ds) for a in arrays]
 
 
 def write_dicom(

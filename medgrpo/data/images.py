@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from medgrpo.data.dicom import DEFAULT_PERCENTILES, DicomError, percentile_window, read_dicom
+from medgrpo.data.dicom import DEFAULT_PERCENTILES, DicomError, percentile_window, read_dicom, select_frames
 
 DICOM_SUFFIXES = (".dcm", ".dicom")
 
@@ -56,22 +56,15 @@ def _to_8bit(im: Image.Image, percentiles: tuple[float, float]) -> Image.Image:
     return im.convert("RGB")  # P, RGBA, CMYK, YCbCr, ...
 
 
-def _frame_indices(n_frames: int, frames: str | tuple[int, ...], path: Path) -> list[int]:
-    if n_frames == 1 or frames == "middle":  # a frame choice only applies to multi-frame files
-        return [n_frames // 2]
-    if frames == "all":
-        return list(range(n_frames))
-    bad = [i for i in frames if not 0 <= i < n_frames]
-    if isinstance(frames, str) or bad:
-        raise ImageError(f"{path}: frames {frames!r} not available (the file has {n_frames} frame(s))")
-    return list(frames)
-
-
 def _load_pil(path: Path, frames: str | tuple[int, ...], percentiles: tuple[float, float]) -> list[Image.Image]:
     try:
         with Image.open(path) as im:
             out = []
-            for i in _frame_indices(getattr(im, "n_frames", 1), frames, path):
+            try:
+                indices = select_frames(getattr(im, "n_frames", 1), frames)
+            except ValueError as exc:
+                raise ImageError(f"{path}: {exc}") from None
+            for i in indices:
                 im.seek(i)
                 im.load()
                 frame = _to_8bit(im, percentiles)
