@@ -69,11 +69,7 @@ class Sentence(NamedTuple):
     cue: bool  # it draws a conclusion ("therefore", "consistent with", "the answer is")
     boxes: int
     polarity: frozenset[str]  # subset of {"normal", "abnormal"}
-
-    @property
-    def is_finding(self) -> bool:
-        """It describes a finding (asserts one, or cites a box): its descriptors belong to that finding."""
-        return self.boxes > 0 or any(CATEGORY[c] in _FINDING_CATS for c in self.asserted)
+    is_finding: bool  # it asserts a finding or cites a box: its descriptors belong to that finding
 
 
 @dataclass(frozen=True)
@@ -131,9 +127,11 @@ def read(text: str) -> Reading:
 
     def sentence(end: int) -> Sentence:
         _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
-        return Sentence(start, end, frozenset(asserted), frozenset(denied),
-                        frozenset(letters) if letters else _NO_SET,
-                        frozenset(denied_letters) if denied_letters else _NO_SET, cue, boxes, frozenset(polarity))
+        return Sentence(start, end, frozenset(asserted) if asserted else _NO_SET,
+                        frozenset(denied) if denied else _NO_SET, frozenset(letters) if letters else _NO_SET,
+                        frozenset(denied_letters) if denied_letters else _NO_SET, cue, boxes,
+                        frozenset(polarity) if polarity else _NO_SET,
+                        boxes > 0 or any(_IS_FINDING[c] for c in asserted))
 
     for m in _SCAN.finditer(low):
         group = m.lastindex

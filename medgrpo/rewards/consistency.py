@@ -21,7 +21,6 @@ by the reasoning; denied: 0.0.
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 from medgrpo.rewards.accuracy import normalize_answer
@@ -50,10 +49,13 @@ def _literal_in(low: str, phrase: str, start: int, end: int) -> bool:
     """``phrase`` occurs in ``low[start:end]`` as whole words and not right after a negation ("not a cyst")."""
     if not phrase:
         return False
-    for m in re.finditer(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", low[start:end]):
-        before = low[max(start, start + m.start() - 16) : start + m.start()].split()[-2:]
-        if not _NEGATORS.intersection(before):
-            return True
+    at = low.find(phrase, start, end)
+    while at >= 0:
+        after = at + len(phrase)
+        if (at == 0 or not low[at - 1].isalnum()) and (after >= len(low) or not low[after].isalnum()):
+            if not _NEGATORS.intersection(low[max(start, at - 16) : at].split()[-2:]):
+                return True
+        at = low.find(phrase, at + 1, end)
     return False
 
 

@@ -22,9 +22,13 @@ _NO = {"no", "absent", "false", "negative"}
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RecordFacts:
-    """The checkable content of one record (all concept sets are lexicon concepts)."""
+    """The checkable content of one record (all concept sets are lexicon concepts).
+
+    Compared and hashed by identity: :func:`facts_of` returns one shared object per distinct record content,
+    so caches keyed on it cost a pointer hash instead of hashing every field.
+    """
 
     id: str
     task: str

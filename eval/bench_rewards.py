@@ -1,0 +1,221 @@
+"""Reward speed: the full rule-based stack on realistic ~300-token completions on one core, side by side with one
+GRPO step of the demo tiny model (and the rewards' share of that step), and the judge backend's throughput
+against a local tiny model.
+
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python eval/bench_rewards.py [--n 4000] [--skip-step] [--skip-judge]
+
+Completions are MedAD-Synth gold targets padded with extra reasoning sentences to about 300 tokens, and varied
+(wrong letters, missing boxes, hedges) so that every one is distinct: no cache hit across completions. The five
+reward functions are called the way TRL calls them, one after the other on the same batch, so the figure
+includes the cache that lets four of them reuse the first one's work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+EXTRA = [
+    "The image quality is adequate for interpretation and there is no significant motion artefact.",
+    "Window and level settings appear standard for this kind of study.",
+    "The borders of the field of view are free of any relevant structure.",
+    "Comparison with prior studies is not available, so the assessment relies on this image alone.",
+    "The surrounding tissue is otherwise unremarkable and the overall symmetry is preserved.",
+    "Attention is paid to the periphery of the image, where small findings are easily missed.",
+    "The contrast between the structures is sufficient to separate them from the background.",
+    "No foreign body, line or tube projects over the region of interest.",
+    "The finding is assessed for its size, margins and internal texture before a conclusion is drawn.",
+    "Each option is weighed against the visual evidence described above.",
+]
+
+
+def completions_for(records, frames, n: int, seed: int = 0) -> tuple[list[str], list[int]]:
+    """``n`` distinct, realistic completions and the index of the record each answers."""
+    from medgrpo.prompts import build_target
+
+    rng = random.Random(seed)
+    texts, rows = [], []
+    for i in range(n):
+        j = rng.randrange(len(records))
+        record, frame = records[j], frames[j]
+        target = build_target(record, frame)
+        think, answer = target.split("</think>")
+        extra = rng.sample(EXTRA, 6)
+        think = think + " " + " ".join(extra) + f" The scan was reviewed in {100 + i} seconds."
+        roll = rng.random()
+        if roll < 0.2:  # a wrong letter
+            answer = answer.replace(f"<answer>{record.answer}<", f"<answer>{rng.choice(record.letters)}<")
+        elif roll < 0.3:  # no box
+            think = think.split("<box>")[0] + "." if "<box>" in think else think
+        elif roll < 0.4:  # a hedge
+            think += f" It could also be option {rng.choice(record.letters)}."
+        texts.append(think + "</think>" + answer)
+        rows.append(j)
+    return texts, rows
+
+
+def columns_for(records, frames, rows) -> dict[str, list]:
+    cols: dict[str, list] = {k: [] for k in ("id", "question", "options", "answer", "task", "modality", "anatomy",
+                                             "evidence", "bbox", "cot", "source", "box_format", "image_size",
+                                             "model_image_size")}
+    for j in rows:
+        r, f = records[j], frames[j]
+        for name in ("id", "question", "options", "answer", "task", "source"):
+            cols[name].append(getattr(r, name))
+        cols["modality"].append(r.modality or "")
+        cols["anatomy"].append(r.anatomy or "")
+        cols["cot"].append(r.cot or "")
+        cols["evidence"].append(json.dumps(r.evidence) if r.evidence else "")
+        cols["bbox"].append(json.dumps(r.bbox) if r.bbox else "")
+        for k, v in f.to_columns().items():
+            cols[k].append(v)
+    return cols
+
+
+def clear_caches() -> None:
+    from medgrpo.rewards.claims import read
+    from medgrpo.rewards.columns import _row
+    from medgrpo.rewards.facts import _facts
+    from medgrpo.rewards.parsing import _parse_text
+    from medgrpo.rewards.verify import raw_scores
+
+    for fn in (raw_scores, read, _parse_text, _row, _facts):
+        fn.cache_clear()
+
+
+def bench_rule_stack(records, frames, n: int, batch: int) -> float:
+    from medgrpo.models.tiny import build_tokenizer
+    from medgrpo.rewards import REWARDS
+
+    texts, rows = completions_for(records, frames, n)
+    tok = build_tokenizer()
+    n_tokens = sum(len(tok(t)["input_ids"]) for t in texts[:500]) / min(500, len(texts))
+    print(f"completions: {n} distinct, mean {n_tokens:.0f} tokens (tiny BPE), "
+          f"{sum(map(len, texts)) / len(texts):.0f} characters")
+    clear_caches()
+    funcs = list(REWARDS.values())
+    first = rest = 0.0  # CPU seconds of this process: the figure for one core, whatever else the machine runs
+    wall = time.perf_counter()
+    for i in range(0, n, batch):
+        chunk = texts[i : i + batch]
+        cols = columns_for(records, frames, rows[i : i + batch])
+        start = time.process_time()
+        funcs[0](prompts=None, completions=chunk, **cols)
+        mid = time.process_time()
+        for f in funcs[1:]:
+            f(prompts=None, completions=chunk, **cols, log_metric=lambda k, v: None)
+        rest += time.process_time() - mid
+        first += mid - start
+    wall = time.perf_counter() - wall
+    total = first + rest
+    print(f"{'full rule stack (5 rewards, TRL-style calls)':<48} {n / total:>10,.0f} completions/s "
+          f"{total / n * 1e6:>8.0f} us each (CPU time; wall {wall / n * 1e6:.0f} us incl. column building)")
+    print(f"{'  first reward of a batch (parse + all verifiers)':<48} {first / n * 1e6:>27.0f} us each")
+    print(f"{'  the four other rewards (cache hits)':<48} {rest / n * 1e6:>27.0f} us each")
+    return total / n
+
+
+def bench_grpo_step(synth: Path, records, per_completion_s: float, steps: int) -> None:
+    import datasets  # noqa: F401  (imported before trl for a clean start-up order)
+    from transformers import AutoProcessor, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from medgrpo.data.boxes import ImageGrid
+    from medgrpo.data.builders import to_grpo_dataset
+    from medgrpo.models.tiny import build_tiny_model
+    from medgrpo.rewards import build_reward_funcs
+
+    model_dir = build_tiny_model("qwen2_5_vl", "demo", synth.parent / "demo-model")
+    processor = AutoProcessor.from_pretrained(model_dir)
+    grid = ImageGrid.from_processor(processor, "qwen2_5_vl")
+    dataset = to_grpo_dataset(records[:32], synth, grid)
+    reward_time = [0.0]
+
+    def timed(func):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            out = func(*args, **kwargs)
+            reward_time[0] += time.perf_counter() - start
+            return out
+
+        call.__name__ = func.__name__
+        return call
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times, self.start = [], 0.0
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.times.append(time.perf_counter() - self.start)
+
+    out = tempfile.mkdtemp(prefix="bench-grpo-")
+    config = GRPOConfig(output_dir=out, bf16=False, gradient_checkpointing=False, num_generations=4,
+                        per_device_train_batch_size=16, max_completion_length=128, learning_rate=5e-4, beta=0.0,
+                        max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], seed=0,
+                        use_cpu=True, dataloader_num_workers=0)
+    timer = StepTimer()
+    funcs = [timed(f) for f in build_reward_funcs(["format", "accuracy", "consistency", "evidence", "grounding"])]
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=funcs, args=config, train_dataset=dataset,
+                          processing_class=processor, callbacks=[timer])
+    trainer.train()
+    step = sum(timer.times[1:]) / max(1, len(timer.times) - 1)
+    per_step_rewards = reward_time[0] / len(timer.times)
+    print(f"{'GRPO step, demo qwen2_5_vl (16 completions x 128 tok)':<48} {step:>10.2f} s")
+    print(f"{'  rewards measured inside those steps':<48} {per_step_rewards * 1e3:>10.2f} ms "
+          f"({per_step_rewards / step:.2%} of the step)")
+    print(f"{'  16 completions at the benchmark rate':<48} {16 * per_completion_s * 1e3:>10.2f} ms "
+          f"({16 * per_completion_s / step:.3%} of the step)")
+
+
+def bench_judge(synth: Path, records, frames, n: int) -> None:
+    from medgrpo.models.tiny import build_tiny_model
+    from medgrpo.rewards.judge import JudgeClient
+    from medgrpo.rewards.settings import JudgeSettings
+
+    model_dir = build_tiny_model("qwen2_5_vl", "ci", synth.parent / "ci-model")
+    texts, rows = completions_for(records, frames, n, seed=1)
+    for batch_size in (1, 8):
+        client = JudgeClient(JudgeSettings(transport="local", model=str(model_dir), max_new_tokens=32,
+                                           batch_size=batch_size))
+        client.score([(texts[0] + "warm-up", records[rows[0]])])
+        start = time.perf_counter()
+        client.score([(t, records[j]) for t, j in zip(texts, rows, strict=True)])
+        elapsed = time.perf_counter() - start
+        print(f"{f'judge, local ci tiny model, batch {batch_size}, 32 new tok':<48} {n / elapsed:>10.1f} completions/s "
+              f"(unparsed criteria: {client.stats['unparsed']})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4000, help="completions for the rule-stack figure")
+    parser.add_argument("--batch", type=int, default=64, help="completions per TRL-style call")
+    parser.add_argument("--steps", type=int, default=4, help="GRPO steps to time (the first is warm-up)")
+    parser.add_argument("--judge-n", type=int, default=32, help="completions for the judge figure")
+    parser.add_argument("--skip-step", action="store_true", help="skip the GRPO step measurement")
+    parser.add_argument("--skip-judge", action="store_true", help="skip the judge measurement")
+    args = parser.parse_args()
+
+    from medgrpo.data import load_records
+    from medgrpo.data.boxes import ImageGrid
+    from medgrpo.data.synth import generate_synth
+
+    synth = generate_synth(Path(tempfile.mkdtemp(prefix="bench-rewards-")) / "synth", n_train=100, n_test=10)
+    records = load_records(synth, split="train")
+    grid = ImageGrid("abs", 28, 56 * 56, 112 * 112)
+    frames = [grid.frame(128, 128) for _ in records]
+    per_completion = bench_rule_stack(records, frames, args.n, args.batch)
+    if not args.skip_step:
+        bench_grpo_step(synth, records, per_completion, args.steps)
+    if not args.skip_judge:
+        bench_judge(synth, records, frames, args.judge_n)
+
+
+if __name__ == "__main__":
+    main()
