@@ -40,8 +40,8 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     """
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
+    h_bar = round(height / factor) * factor  # may be 0 for a sliver; the min_pixels branch then grows it
+    w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt((height * width) / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
