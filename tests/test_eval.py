@@ -252,3 +252,28 @@ def test_vllm_backend_without_vllm_is_one_line(tiny_model_dirs, synth_dir, tmp_p
                "--out", str(tmp_path / "o"), "--backend", "vllm"])
     assert rc == 2 and "pip install 'medgrpo[vllm]'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_judge_backend_scores_reach_metrics(synth_dir, tmp_path, monkeypatch):
+    from medgrpo.rewards import JudgeSettings, RewardSettings
+    from medgrpo.rewards import judge as judge_mod
+
+    reply = ('{"visual_grounding": 0.25, "question_relevance": 0.5, "answer_support": 0.75, '
+             '"no_hallucination": 1, "no_contradiction": 0}')
+    asked = []
+
+    def transport(batch):  # stands in for the judge model; the client, parsing and verify are real
+        asked.append(len(batch))
+        return [reply] * len(batch)
+
+    monkeypatch.setattr(judge_mod, "judge_for", lambda settings: judge_mod.JudgeClient(settings, transport))
+    records = load_records(synth_dir, split="test")[:6]
+    gold = _Scripted(records, synth_dir, lambda r, frame, i: build_target(r, frame))
+    settings = RewardSettings(evidence_backend="judge", judge=JudgeSettings(transport="http"))
+    metrics = evaluate("m", _suite(tmp_path, synth_dir, 6), tmp_path / "judged", generator=gold, batch_size=3,
+                       n_boot=50, progress=False, reward_settings=settings)
+    ov = metrics["datasets"]["synth"]["overall"]
+    assert asked == [3, 3]  # one batched judge call per generation batch
+    assert ov["evidence/visual_grounding"]["value"] == 0.25 and ov["evidence/no_contradiction"]["value"] == 0.0
+    assert ov["evidence"]["value"] == pytest.approx(0.5)
+    assert metrics["generation"]["evidence_backend"] == "judge"

@@ -104,8 +104,7 @@ def _score_batch(gen: Generator, spec: DatasetSpec, records: list[MedADRecord], 
     under ``on_bad_record: skip`` and stop the run otherwise."""
     from medgrpo.data.images import ImageError
     from medgrpo.data.preprocess import prepare_images
-    from medgrpo.rewards.parsing import parse_completion
-    from medgrpo.rewards.verify import verify
+    from medgrpo.rewards import parse_completion, verify_batch
 
     prompts, frames, kept = [], [], []
     for r in records:
@@ -123,17 +122,21 @@ def _score_batch(gen: Generator, spec: DatasetSpec, records: list[MedADRecord], 
     if not records:
         return []
     greedy = gen.generate(prompts, max_new_tokens=cfg.max_new_tokens)
-    rows = []
-    for r, frame, (c,) in zip(records, frames, greedy, strict=True):
-        scores = verify(c.text, r, frame, reward_settings)
-        rows.append(_row(spec.name, r, c.text, c.n_tokens, scores, parse_completion(c.text).answer))
+    # one verify_batch call per batch: the judge backend then scores the whole batch in one request wave
+    all_scores = verify_batch([c.text for (c,) in greedy], records, frames, reward_settings)
+    rows = [_row(spec.name, r, c.text, c.n_tokens, scores, parse_completion(c.text).answer)
+            for r, (c,), scores in zip(records, greedy, all_scores, strict=True)]
     if cfg.num_samples > 1:
         sampled = gen.generate(prompts, num_samples=cfg.num_samples, sample=True, seed=cfg.seed,
                                max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-        for r, frame, row, comps in zip(records, frames, rows, sampled, strict=True):
-            row["samples"] = [{"pred": parse_completion(c.text).answer,
-                               "accuracy": verify(c.text, r, frame, reward_settings)["accuracy"],
-                               "completion_tokens": c.n_tokens} for c in comps]
+        flat = [(i, c) for i, comps in enumerate(sampled) for c in comps]
+        # samples feed pass@k and self-consistency, which read accuracy only: no judge calls for them
+        accuracy = verify_batch([c.text for _, c in flat], [records[i] for i, _ in flat],
+                                [frames[i] for i, _ in flat], replace(reward_settings, evidence_backend="rule"))
+        for (i, c), scores in zip(flat, accuracy, strict=True):
+            rows[i].setdefault("samples", []).append(
+                {"pred": parse_completion(c.text).answer, "accuracy": scores["accuracy"],
+                 "completion_tokens": c.n_tokens})
     # option-letter probabilities only where they feed a metric: anomaly-detection AUROC and calibration
     scored = [i for i, r in enumerate(records) if r.task == "anomaly_detection" and r.is_mcq]
     if scored:

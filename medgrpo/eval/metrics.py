@@ -88,9 +88,13 @@ def macro_f1(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str]
 
 def confusion(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str]) -> list[list[int]]:
     """Confusion matrix, rows = gold class, columns = predicted class, in ``labels`` order (scikit-learn)."""
+    import warnings
+
     from sklearn.metrics import confusion_matrix
 
-    return confusion_matrix(list(y_true), list(y_pred), labels=list(labels)).tolist()
+    with warnings.catch_warnings():  # one class only is fine here: ``labels`` fixes the shape
+        warnings.simplefilter("ignore", UserWarning)
+        return confusion_matrix(list(y_true), list(y_pred), labels=list(labels)).tolist()
 
 
 def binary_rates(y_true: Sequence[bool], y_pred: Sequence[bool]) -> dict[str, float | None]:
