@@ -168,3 +168,40 @@ def test_hadw_state_survives_checkpoint_and_resume(tiny_model_dirs, synth_dir, t
     state = resumed.variants_state()["hadw"]
     # restored anchor history continued by one step (a fresh state would hold a single anchor)
     assert state["steps"] == 3 and state["history"][:2] == saved["history"]
+
+
+def test_ablation_runner_table_and_reuse(tiny_model_dirs, synth_dir, tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from medgrpo.train.ablate import main
+
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes/tiny/con_grpo.yaml")
+    argv = ["--config", recipe, "--sft", str(tiny_model_dirs["qwen2_5_vl"]), "--dataset", str(synth_dir),
+            "--variants", "baseline,gcpo", "--seeds", "2", "--max-steps", "1", "--eval-limit", "3",
+            "--max-new-tokens", "8", "--out", str(tmp_path / "ab"), "--", "--per_device_train_batch_size", "4",
+            "--num_generations", "2", "--max_completion_length", "8", "--max_train_samples", "4"]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "ab" / "ablation.json").read_text())
+    table = result["table"]
+    assert set(table) == {"baseline", "gcpo"}
+    for row in table.values():
+        assert row["accuracy"]["n"] == 2 and len(row["accuracy"]["seeds"]) == 2
+        assert row["rollouts"]["mean"] == 4  # one step of 2 prompts x 2 generations; gold injection adds none
+    assert "delta" in table["gcpo"]["accuracy"] and "delta" not in table["baseline"]["accuracy"]
+    markdown = (tmp_path / "ab" / "ablation.md").read_text()
+    assert "| gcpo | golden_injection=True |" in markdown and "medgrpo ablate --config" in markdown
+    assert (tmp_path / "ab" / "learning_curves.png").stat().st_size > 0
+    # a second call reuses every finished run (no training: the run folders are untouched)
+    stamp = (tmp_path / "ab/runs/gcpo/seed1/ablate_train.json").stat().st_mtime_ns
+    assert main(argv) == 0
+    assert (tmp_path / "ab/runs/gcpo/seed1/ablate_train.json").stat().st_mtime_ns == stamp
+
+
+def test_ablation_runner_bad_request_is_one_line(tmp_path, capsys):
+    from medgrpo.train.ablate import main
+
+    assert main(["--config", "x.yaml", "--sft", "m", "--dataset", "d", "--variants", "nope", "--out",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("medgrpo: unknown variant 'nope'")
