@@ -176,7 +176,7 @@ class HADWState:
 
     ``C_t = (1 - eta * s_t) * C_{t-1} + eta * s_t * y_t`` with ``y_t`` the batch accuracy and ``s_t`` the std of the
     last ``window`` anchors. [inferred] Two choices the brief leaves open: ``C_0 = y_1`` (the first batch accuracy),
-    and ``s_t`` is taken over the last ``window - 1`` anchors plus ``y_t``; with anchors alone a constant history
+    and ``s_t`` is the population std of the last ``window - 1`` anchors plus ``y_t``; with anchors alone a constant history
     has std 0 and freezes the anchor forever, while including the new observation makes the step grow exactly when
     accuracy departs from the history. Reproduction values: ``window=50, eta=0.1``.
     """
