@@ -196,6 +196,7 @@ class ConGRPOTrainer(GRPOTrainer):
             # to resample regenerates its first group and discards the result
             rows = [i for grp in (todo or [0]) for i in range(grp * g, (grp + 1) * g)]
             new_ids, new_logps = self._resample([prompts[i] for i in rows])
+            rollouts += len(rows)  # spent even when discarded
             if not todo:
                 continue
             texts = self.processing_class.batch_decode(new_ids, skip_special_tokens=True)
@@ -207,7 +208,6 @@ class ConGRPOTrainer(GRPOTrainer):
             sub = self._accuracy([inputs[i] for i in rows], [completions[i] for i in rows])
             for j, ok in enumerate(group_edits.is_correct(sub)):
                 correct[rows[j]] = ok
-            rollouts += len(rows)
         keys = [str(row.get("id", i // g)) for i, row in enumerate(inputs)]
         if self._reuse is not None:
             texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
