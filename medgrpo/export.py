@@ -32,10 +32,12 @@ from typing import Any
 
 from medgrpo import __version__
 from medgrpo.model_card import (
+    HUB_ID_RE,
     RUN_INFO,
     CardError,
     build_model_card,
     hub_id,
+    locate,
     read_metrics,
     read_run_info,
     root_base_model,
@@ -114,7 +116,7 @@ def load_source(run_dir: str | Path, merge: bool = True) -> tuple[Any, Any]:
     try:
         model = _load_weights(run_dir, merge)
         has_processor = any((run_dir / name).is_file() for name in _PROCESSOR_FILES)
-        processor = AutoProcessor.from_pretrained(run_dir if has_processor or base is None else base)
+        processor = AutoProcessor.from_pretrained(run_dir if has_processor or base is None else _where(base, run_dir))
     except (OSError, ValueError, KeyError) as e:
         raise ExportError(f"cannot load the model in {run_dir}: {_first_line(e)}") from None
     _apply_pixel_limits(processor, _run_data(run_dir))
@@ -143,6 +145,12 @@ def _apply_pixel_limits(processor: Any, data: dict[str, Any]) -> None:
     ip.size = size
 
 
+def _where(name: str, near: Path) -> str:
+    """A recorded model name as something ``from_pretrained`` can open: the local folder, else the Hub id."""
+    folder = locate(name, near)
+    return str(folder) if folder is not None else name
+
+
 def _load_weights(path: str | Path, merge: bool = True, depth: int = 0) -> Any:
     """A model folder or Hub id; an adapter folder goes onto its base (itself possibly a merged adapter)."""
     from transformers import AutoModelForImageTextToText
@@ -154,14 +162,14 @@ def _load_weights(path: str | Path, merge: bool = True, depth: int = 0) -> Any:
         raise ExportError(f"{path}: more than 8 nested adapters: is base_model circular?")
     from peft import PeftModel
 
-    model = PeftModel.from_pretrained(_load_weights(base, True, depth + 1), path)
+    model = PeftModel.from_pretrained(_load_weights(_where(base, Path(path)), True, depth + 1), path)
     return model.merge_and_unload() if merge else model
 
 
 # --------------------------------------------------------------------------- the folder: hygiene and manifest
 
 
-def _scrub_json_paths(folder: Path) -> None:
+def _scrub_json_paths(folder: Path, near: Path) -> None:
     """Replace local paths that transformers/peft record (``_name_or_path`` & co.) by a Hub id or nothing, and
     drop the loading state transformers writes back (``local_files_only`` would follow the model to the Hub)."""
     for path in folder.rglob("*.json"):
@@ -171,7 +179,7 @@ def _scrub_json_paths(folder: Path) -> None:
         changed = bool([data.pop(key) for key in _LOAD_STATE_KEYS if key in data])
         for key in _PATH_KEYS:
             value = data.get(key)
-            if isinstance(value, str) and value and hub_id(value) is None:
+            if isinstance(value, str) and value and hub_id(value, near) is None:
                 data[key] = None if key == "base_model_name_or_path" else ""
                 changed = True
         if changed:
@@ -326,8 +334,8 @@ def export_model(
             model.generation_config.save_pretrained(tmp)
         processor.save_pretrained(tmp)
         if adapter_of:  # peft records the weights' origin, which is not the base of a stage-2 adapter
-            _set_adapter_base(tmp / ADAPTER_CONFIG, hub_id(adapter_of))
-        _scrub_json_paths(tmp)
+            _set_adapter_base(tmp / ADAPTER_CONFIG, hub_id(adapter_of, run_dir))
+        _scrub_json_paths(tmp, run_dir)
         if chain:
             (tmp / RUN_INFO).write_text(json.dumps(scrub(chain[-1]), indent=2) + "\n", encoding="utf-8")
         ip = getattr(processor, "image_processor", None)
@@ -342,10 +350,10 @@ def export_model(
             license=license,
             adapter_of=adapter_of,
             pixel_limits=(int(limits[0]), int(limits[1])) if all(limits) else None,
+            near=run_dir,
         )
         (tmp / "README.md").write_text(card, encoding="utf-8")
-        leaks = find_local_paths(tmp, _local_roots(run_dir, base if base and Path(base).exists() else None,
-                                                   out_dir, tmp))
+        leaks = find_local_paths(tmp, _local_roots(run_dir, locate(base, run_dir) if base else None, out_dir, tmp))
         if leaks:
             raise ExportError(f"the export would contain a local path ({leaks[0]}); nothing was written")
         for path in tmp.rglob("*"):  # safetensors writes 0600 temp files; an export is meant to be shared
@@ -391,7 +399,7 @@ def push_to_hub(
     manifest, so what is pushed is what was exported.
     """
     folder = Path(folder)
-    if hub_id(repo_id) is None:
+    if not HUB_ID_RE.match(repo_id):
         raise ExportError(f"--push-to-hub {repo_id}: expected a Hub repo id ORG/NAME")
     problems = check_manifest(folder)
     if problems:
@@ -482,7 +490,7 @@ def _load_export(export_dir: Path, source_dir: Path) -> tuple[Any, Any]:
         if (export_dir / ADAPTER_CONFIG).is_file():
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(_load_weights(adapter_base(source_dir)), export_dir)
+            model = PeftModel.from_pretrained(_load_weights(_where(adapter_base(source_dir), source_dir)), export_dir)
         else:
             model = AutoModelForImageTextToText.from_pretrained(export_dir, dtype="auto")
     except (OSError, ValueError, KeyError) as e:
@@ -593,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                               "to push an existing export, or --verify DIR)")
         if (args.private or args.revision or args.dry_run) and not args.push_to_hub:
             raise ExportError("--private, --revision and --dry-run go with --push-to-hub ORG/NAME")
-        if args.push_to_hub and hub_id(args.push_to_hub) is None:
+        if args.push_to_hub and not HUB_ID_RE.match(args.push_to_hub):
             raise ExportError(f"--push-to-hub {args.push_to_hub}: expected a Hub repo id ORG/NAME")
         out = args.out
         if args.model:

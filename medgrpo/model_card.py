@@ -39,7 +39,7 @@ DATA_SETTINGS = ("train_split", "max_train_samples", "min_pixels", "max_pixels",
 # Never in a card: credentials, and where the run happened to write on the training machine.
 _SECRET_RE = re.compile(r"token|secret|password|api_key|credential", re.IGNORECASE)
 _DROPPED = {"output_dir", "logging_dir", "cache_dir", "hub_model_id", "resume_from_checkpoint"}
-_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class CardError(ValueError):
@@ -51,9 +51,22 @@ def is_local_path(value: str) -> bool:
     return value.startswith(("/", "~", "\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", value))
 
 
-def hub_id(name: str | None) -> str | None:
+def locate(name: str, near: Path | None = None) -> Path | None:
+    """The local folder a recorded model/dataset name refers to, or None (then it is a Hub id).
+
+    Training records paths as given on its command line, relative to where it ran; when the name does not
+    resolve from here, the folders above ``near`` (the run folder) are tried, so ``runs/sft`` recorded by a
+    run in ``project/`` is found from anywhere as long as the runs stay together.
+    """
+    candidates = [Path(name).expanduser()]
+    if near is not None and not is_local_path(name):
+        candidates += [parent / name for parent in Path(near).resolve().parents]
+    return next((c for c in candidates if c.exists()), None)
+
+
+def hub_id(name: str | None, near: Path | None = None) -> str | None:
     """``name`` when it reads as a Hub repo id (``org/name``) and is not a local folder, else None."""
-    if not name or is_local_path(name) or not _HUB_ID_RE.match(name) or Path(name).exists():
+    if not name or is_local_path(name) or not HUB_ID_RE.match(name) or locate(name, near) is not None:
         return None
     return name
 
@@ -125,7 +138,7 @@ def stage_chain(run_dir: Path, max_depth: int = 8) -> list[dict[str, Any]]:
             break
         chain.append(info)
         base = info.get("base_model")
-        current = Path(base) if base and Path(base).is_dir() else None
+        current = locate(base, current) if base else None
     return chain[::-1]
 
 
@@ -352,6 +365,7 @@ def build_model_card(
     license: str = "apache-2.0",
     adapter_of: str | None = None,
     pixel_limits: tuple[int, int] | None = None,
+    near: Path | None = None,
 ) -> str:
     """The full ``README.md``: YAML front matter the Hub validates, then the card body.
 
@@ -364,12 +378,13 @@ def build_model_card(
         license: the license identifier (check the base model's license).
         adapter_of: for an export kept as a PEFT adapter, the model it goes on top of (None: merged weights).
         pixel_limits: the processor's ``(min_pixels, max_pixels)``.
+        near: the run folder, for telling recorded local folders from Hub ids (:func:`locate`).
     """
-    datasets = [d for d in (hub_id(x) for info in chain for x in info.get("datasets") or []
+    datasets = [d for d in (hub_id(x, near) for info in chain for x in info.get("datasets") or []
                             if isinstance(x, str)) if d]
     card_data = ModelCardData(
         license=license,
-        base_model=hub_id(base_model),
+        base_model=hub_id(base_model, near),
         datasets=sorted(set(datasets)) or None,
         library_name="peft" if adapter_of else "transformers",
         pipeline_tag="image-text-to-text",
@@ -383,7 +398,7 @@ def build_model_card(
     base_text = f"`{scrub(base_model)}`" if base_model else "a Qwen-VL model"
     adapter_note = ""
     if adapter_of:
-        where = "" if hub_id(adapter_of) else (
+        where = "" if hub_id(adapter_of, near) else (
             ", a local folder of the training run (export without `--keep-adapter` for standalone weights)")
         adapter_note = (
             "\n\nThis repository holds a LoRA adapter, not merged weights: loading it needs `peft` and the "

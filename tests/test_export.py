@@ -90,7 +90,8 @@ def runs(tiny_model_dirs, synth_dir, tmp_path_factory) -> dict[str, Path]:
     grpo = root / "con_grpo"
     adapter.save_pretrained(grpo)
     _write_json(grpo / "medgrpo_run.json", {
-        "stage": "con_grpo", "base_model": str(sft), "datasets": [str(synth_dir)],
+        # recorded relative to where training ran (the runs folder), as the training CLI does
+        "stage": "con_grpo", "base_model": "sft", "datasets": [str(synth_dir)],
         "data": {"dataset_path": str(synth_dir), "system_prompt": None, "min_pixels": MIN_PIXELS,
                  "max_pixels": MAX_PIXELS, "dicom_window": "auto"},
         "model": {"use_peft": True, "lora_r": 4, "lora_alpha": 8},
