@@ -154,6 +154,9 @@ def test_dataset_metrics_groups_and_baselines():
     assert ds["baselines"]["majority_answer"] == {"accuracy": 0.4, "answers": {
         "modality_classification": "mri", "other": "liver"}, "fit_on": "train"}
     assert ds["anomaly"] is None and ds["sampling"] is None and "other" not in ds["classification"]
+    # chance within each group: the open-ended row has no options, and "liver" is its task's majority answer
+    assert ds["by_task"]["other"]["chance"] == {"random_option": None, "majority_answer": 1.0}
+    assert ds["by_task"]["modality_classification"]["chance"] == {"random_option": 0.25, "majority_answer": 0.25}
 
 
 def test_sampling_metrics_by_hand():

@@ -22,9 +22,10 @@ Schema (``schema_version`` 1)::
         }
       }
     }
-    GROUP = {"n": int, "<metric>": STAT, ...} with metrics
-        accuracy, format_failure_rate, consistency, evidence, evidence/<criterion> (five), grounding_iou,
-        grounding_acc50, completion_tokens
+    GROUP = {"n": int, "<metric>": STAT, ...,
+             "chance": {"random_option": float | null, "majority_answer": float | null}}  # not in the pooled one
+        with metrics accuracy, format_failure_rate, consistency, evidence, evidence/<criterion> (five),
+        grounding_iou, grounding_acc50, completion_tokens
     STAT  = {"value": float | null, "ci_low": float | null, "ci_high": float | null, "n": int}
         (mean over the rows where the metric applies, percentile-bootstrap 95% interval; value null = none apply)
     ANOMALY = {"sensitivity": STAT, "specificity": STAT, "auroc": float | null, "ece": float | null,
@@ -68,20 +69,27 @@ def row_metrics(row: dict[str, Any]) -> dict[str, float | None]:
     return values
 
 
-def group(rows: list[dict[str, Any]], n_boot: int = 1000) -> dict[str, Any]:
-    """GROUP: every metric's mean and bootstrap interval over ``rows``."""
+def group(rows: list[dict[str, Any]], n_boot: int = 1000, answers: dict[str, str] | None = None) -> dict[str, Any]:
+    """GROUP: every metric's mean and bootstrap interval over ``rows``, plus chance on the same rows when the
+    per-task majority ``answers`` are given (so every table shows chance beside the model)."""
     per_row = [row_metrics(r) for r in rows]
     out: dict[str, Any] = {"n": len(rows)}
     for name in per_row[0] if per_row else ():
         out[name] = M.stat([v[name] for v in per_row], n_boot=n_boot)
+    if answers is not None:
+        out["chance"] = {
+            "random_option": M.random_option_accuracy([len(r["options"]) for r in rows if r["options"]]),
+            "majority_answer": M.mean_or_none(
+                [float(answers.get(r["task"]) == _answer_text(r).strip().lower()) for r in rows]),
+        }
     return out
 
 
-def _by(rows: list[dict[str, Any]], key: str, n_boot: int) -> dict[str, Any]:
+def _by(rows: list[dict[str, Any]], key: str, n_boot: int, answers: dict[str, str]) -> dict[str, Any]:
     buckets: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         buckets.setdefault(r.get(key) or "unknown", []).append(r)
-    return {k: group(v, n_boot) for k, v in sorted(buckets.items())}
+    return {k: group(v, n_boot, answers) for k, v in sorted(buckets.items())}
 
 
 def predicted_class(row: dict[str, Any]) -> str:
@@ -154,17 +162,10 @@ def _p_abnormal(row: dict[str, Any]) -> float:
                      if not M.is_normal_option(text)))
 
 
-def baselines(rows: list[dict[str, Any]], fit: list[tuple[str, str]] | None) -> dict[str, Any]:
-    """Chance on this dataset: a uniformly random option, and the per-task majority answer (fit on the train
-    split when the dataset has one, otherwise on the evaluated rows themselves, which flatters it)."""
-    pairs = fit if fit else [(r["task"], _answer_text(r)) for r in rows]
-    answers = M.majority_answers(pairs)
-    hits = [float(answers.get(r["task"]) == _answer_text(r).strip().lower()) for r in rows]
-    return {
-        "random_option": {"accuracy": M.random_option_accuracy([len(r["options"]) for r in rows if r["options"]])},
-        "majority_answer": {"accuracy": M.mean_or_none(hits), "answers": answers,
-                            "fit_on": "train" if fit else "eval"},
-    }
+def majority_fit(rows: list[dict[str, Any]], fit: list[tuple[str, str]] | None) -> dict[str, str]:
+    """The per-task majority answers: fit on the train split when the dataset has one, otherwise on the
+    evaluated rows themselves (which flatters the baseline)."""
+    return M.majority_answers(fit if fit else [(r["task"], _answer_text(r)) for r in rows])
 
 
 def _answer_text(row: dict[str, Any]) -> str:
@@ -194,14 +195,20 @@ def dataset_metrics(
     rows: list[dict[str, Any]], fit: list[tuple[str, str]] | None = None, n_boot: int = 1000
 ) -> dict[str, Any]:
     """Everything metrics.json holds for one dataset (see the module docstring)."""
+    answers = majority_fit(rows, fit)
+    overall = group(rows, n_boot, answers)
     return {
-        "overall": group(rows, n_boot),
-        "by_task": _by(rows, "task", n_boot),
-        "by_modality": _by(rows, "modality", n_boot),
-        "by_source": _by(rows, "source", n_boot),
+        "overall": overall,
+        "by_task": _by(rows, "task", n_boot, answers),
+        "by_modality": _by(rows, "modality", n_boot, answers),
+        "by_source": _by(rows, "source", n_boot, answers),
         "classification": classification(rows),
         "anomaly": anomaly(rows, n_boot),
-        "baselines": baselines(rows, fit),
+        "baselines": {
+            "random_option": {"accuracy": overall["chance"]["random_option"]},
+            "majority_answer": {"accuracy": overall["chance"]["majority_answer"], "answers": answers,
+                                "fit_on": "train" if fit else "eval"},
+        },
         "sampling": sampling(rows, n_boot),
     }
 

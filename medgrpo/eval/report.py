@@ -40,10 +40,13 @@ def cell(s: dict[str, Any] | None, scale: bool = True) -> str:
 
 
 def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
-    head = f"| {title} | n | " + " | ".join(_LABELS[c] for c in _TABLE_COLS) + " |"
-    lines = [head, "|" + "---|" * (len(_TABLE_COLS) + 2)]
+    head = (f"| {title} | n | " + " | ".join(_LABELS[c] for c in _TABLE_COLS)
+            + " | chance: random option | chance: majority answer |")
+    lines = [head, "|" + "---|" * (len(_TABLE_COLS) + 4)]
     for name, g in groups.items():
         cells = [cell(g.get(c), scale=c != "completion_tokens") for c in _TABLE_COLS]
+        chance = g.get("chance") or {}
+        cells += [_pct(chance.get("random_option")), _pct(chance.get("majority_answer"))]
         lines.append(f"| {name} | {g['n']} | " + " | ".join(cells) + " |")
     return lines
 
@@ -114,10 +117,13 @@ def write_plots(metrics: dict[str, Any], out: Path) -> dict[str, list[str]]:
             err = [[v - (a["ci_low"] if a["ci_low"] is not None else v) for v, a in zip(vals, acc, strict=True)],
                    [(a["ci_high"] if a["ci_high"] is not None else v) - v for v, a in zip(vals, acc, strict=True)]]
             ax.bar(range(len(tasks)), vals, yerr=err, capsize=4, color="#4C72B0")
-            for label, value, style in (("random option", ds["baselines"]["random_option"]["accuracy"], "--"),
-                                        ("majority answer", ds["baselines"]["majority_answer"]["accuracy"], ":")):
-                if value is not None:
-                    ax.axhline(value, color="gray", linestyle=style, label=label)
+            for key, label, style in (("random_option", "chance: random option", "--"),
+                                      ("majority_answer", "chance: majority answer", ":")):
+                xs = [(i, ds["by_task"][t]["chance"][key]) for i, t in enumerate(tasks)]
+                xs = [(i, v) for i, v in xs if v is not None]
+                if xs:  # chance of each task family, drawn across its own bar
+                    ax.hlines([v for _, v in xs], [i - 0.45 for i, _ in xs], [i + 0.45 for i, _ in xs],
+                              colors="black", linestyles=style, label=label)
             ax.set_xticks(range(len(tasks)), [t.replace("_", "\n") for t in tasks], fontsize=8)
             ax.set_ylim(0, 1)
             ax.set_ylabel("accuracy (95% CI)")
