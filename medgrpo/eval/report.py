@@ -136,9 +136,11 @@ def write_plots(metrics: dict[str, Any], out: Path) -> dict[str, list[str]]:
             n = len(c["labels"])
             fig, ax = plt.subplots(figsize=(0.6 * n + 3, 0.6 * n + 2.5))
             ax.imshow(c["confusion"], cmap="Blues")
+            top = max(max(row) for row in c["confusion"]) or 1
             for i, row in enumerate(c["confusion"]):
                 for j, v in enumerate(row):
-                    ax.text(j, i, str(v), ha="center", va="center", fontsize=7)
+                    ax.text(j, i, str(v), ha="center", va="center", fontsize=7,
+                            color="white" if v > top / 2 else "black")
             ax.set_xticks(range(n), c["labels"], rotation=60, ha="right", fontsize=7)
             ax.set_yticks(range(n), c["labels"], fontsize=7)
             ax.set_xlabel("predicted")
