@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -36,8 +37,9 @@ EXTRA = [
 ]
 
 
-def completions_for(records, frames, n: int, seed: int = 0) -> tuple[list[str], list[int]]:
-    """``n`` distinct, realistic completions and the index of the record each answers."""
+def completions_for(records, frames, n: int, seed: int = 0, novel: bool = False) -> tuple[list[str], list[int]]:
+    """``n`` distinct, realistic completions and the index of the record each answers. ``novel``: tag every
+    sentence with a unique number too, so that no sentence repeats (the claim reader's worst case)."""
     from medgrpo.prompts import build_target
 
     rng = random.Random(seed)
@@ -56,6 +58,8 @@ def completions_for(records, frames, n: int, seed: int = 0) -> tuple[list[str], 
             think = think.split("<box>")[0] + "." if "<box>" in think else think
         elif roll < 0.4:  # a hedge
             think += f" It could also be option {rng.choice(record.letters)}."
+        if novel:
+            think = re.sub(r"\.(?=\s)", lambda m, i=i: f" (note {i}-{m.start()}).", think)
         texts.append(think + "</think>" + answer)
         rows.append(j)
     return texts, rows
@@ -80,25 +84,25 @@ def columns_for(records, frames, rows) -> dict[str, list]:
 
 
 def clear_caches() -> None:
-    from medgrpo.rewards.claims import read
+    from medgrpo.rewards.claims import read, read_sentence
     from medgrpo.rewards.columns import _row
+    from medgrpo.rewards.consistency import committed
     from medgrpo.rewards.facts import _facts
     from medgrpo.rewards.parsing import _parse_text
     from medgrpo.rewards.verify import raw_scores
 
-    for fn in (raw_scores, read, _parse_text, _row, _facts):
+    for fn in (raw_scores, read, read_sentence, committed, _parse_text, _row, _facts):
         fn.cache_clear()
 
 
-def bench_rule_stack(records, frames, n: int, batch: int) -> float:
-    from medgrpo.models.tiny import build_tokenizer
+def bench_rule_stack(records, frames, n: int, batch: int, novel: bool) -> float:
+    """CPU seconds per completion of the five rewards called TRL-style on batches of ``batch``."""
     from medgrpo.rewards import REWARDS
 
-    texts, rows = completions_for(records, frames, n)
+    texts, rows = completions_for(records, frames, n, novel=novel)
     clear_caches()
     funcs = list(REWARDS.values())
     first = rest = 0.0  # CPU seconds of this process: the figure for one core, whatever else the machine runs
-    wall = time.perf_counter()
     for i in range(0, n, batch):
         chunk = texts[i : i + batch]
         cols = columns_for(records, frames, rows[i : i + batch])
@@ -109,17 +113,22 @@ def bench_rule_stack(records, frames, n: int, batch: int) -> float:
             f(prompts=None, completions=chunk, **cols, log_metric=lambda k, v: None)
         rest += time.process_time() - mid
         first += mid - start
-    wall = time.perf_counter() - wall
     total = first + rest
-    tok = build_tokenizer()  # after the timing: its worker threads would count in this process's CPU time
-    n_tokens = sum(len(tok(t)["input_ids"]) for t in texts[:500]) / min(500, len(texts))
-    print(f"completions: {n} distinct, mean {n_tokens:.0f} tokens (tiny BPE), "
-          f"{sum(map(len, texts)) / len(texts):.0f} characters")
-    print(f"{'full rule stack (5 rewards, TRL-style calls)':<48} {n / total:>10,.0f} completions/s "
-          f"{total / n * 1e6:>8.0f} us each (CPU time; wall {wall / n * 1e6:.0f} us incl. column building)")
-    print(f"{'  first reward of a batch (parse + all verifiers)':<48} {first / n * 1e6:>27.0f} us each")
-    print(f"{'  the four other rewards (cache hits)':<48} {rest / n * 1e6:>27.0f} us each")
+    label = "every sentence new" if novel else "sentences shared as in a GRPO group"
+    print(f"{'full rule stack, ' + label:<52} {n / total:>9,.0f} completions/s {total / n * 1e6:>6.0f} us each")
+    print(f"{'  first reward of a batch (parse + all verifiers)':<52} {first / n * 1e6:>32.0f} us each")
+    print(f"{'  the four other rewards (cache hits)':<52} {rest / n * 1e6:>32.0f} us each")
     return total / n
+
+
+def describe(records, frames, n: int) -> None:
+    from medgrpo.models.tiny import build_tokenizer
+
+    texts, _ = completions_for(records, frames, min(n, 500))
+    tok = build_tokenizer()
+    n_tokens = sum(len(tok(t)["input_ids"]) for t in texts) / len(texts)
+    print(f"completions: {n} distinct per run, mean {n_tokens:.0f} tokens (tiny BPE), "
+          f"{sum(map(len, texts)) / len(texts):.0f} characters; CPU time of one process (one core)")
 
 
 def bench_grpo_step(synth: Path, records, per_completion_s: float, steps: int) -> None:
@@ -213,7 +222,9 @@ def main() -> None:
     records = load_records(synth, split="train")
     grid = ImageGrid("abs", 28, 56 * 56, 112 * 112)
     frames = [grid.frame(128, 128) for _ in records]
-    per_completion = bench_rule_stack(records, frames, args.n, args.batch)
+    per_completion = bench_rule_stack(records, frames, args.n, args.batch, novel=False)
+    bench_rule_stack(records, frames, args.n, args.batch, novel=True)
+    describe(records, frames, args.n)  # after the timing: tokenizer threads would count in this process's CPU
     if not args.skip_step:
         bench_grpo_step(synth, records, per_completion, args.steps)
     if not args.skip_judge:

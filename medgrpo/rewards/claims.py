@@ -46,9 +46,10 @@ _CUES: dict[str, str] = {
 }
 _KIND: dict[str, str] = {**dict.fromkeys(PHRASES, "c"), **_CUES}
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
 _SCAN = re.compile(
     r"(<box>.*?</box>)"                  # 1: a cited box (its commas are not clause breaks)
-    r"|([.!?](?=\s|\Z)|\n)"              # 2: sentence end
+    r"|([.!?](?=\s|\Z))"                 # 2: a sentence's final stop (nothing to do)
     r"|([,;:])"                          # 3: clause break
     r"|\(([a-j])\)"                      # 4: "(C)"
     rf"|(?=[a-z])\b({trie_pattern(sorted(_KIND))})\b",  # 5: a word of interest
@@ -58,10 +59,9 @@ _LETTER_AFTER = re.compile(r"\s*(?:is\s+|would\s+be\s+|:\s*)?\(?([A-J])\)?(?!\w)
 
 
 class Sentence(NamedTuple):
-    """The claims of one sentence; ``start``/``end`` index :attr:`Reading.low`."""
+    """The claims of one sentence; ``low`` is its lower-cased text (hyphens as spaces)."""
 
-    start: int
-    end: int
+    low: str
     asserted: frozenset[str]
     denied: frozenset[str]
     letters: frozenset[str]  # option letters it commits to
@@ -74,7 +74,8 @@ class Sentence(NamedTuple):
 
 @dataclass(frozen=True)
 class Reading:
-    """The claims of a whole text, sentence by sentence (in order); ``low`` is the lower-cased text."""
+    """The claims of a whole text, sentence by sentence (in order); ``low`` is the lower-cased text (hyphens as
+    spaces)."""
 
     low: str
     sentences: tuple[Sentence, ...]
@@ -107,16 +108,16 @@ def _flush(clause: list[list], neut: bool, asserted: set[str], denied: set[str],
                 polarity.add("normal")
 
 
-@lru_cache(maxsize=1 << 15)
-def read(text: str) -> Reading:
-    """Read a text (a reasoning, an option, a question) into its claims. Pure and cached."""
+@lru_cache(maxsize=1 << 16)
+def read_sentence(text: str) -> Sentence | None:
+    """The claims of one sentence (None when it is blank). Cached: completions of one prompt, and the gold
+    reasoning they imitate, repeat many sentences word for word."""
     low = text.lower()
     if len(low) != len(text):  # a few Unicode letters change length when lowered: keep indices aligned
         text = text.encode("ascii", "replace").decode("ascii")
         low = text.lower()
     low = low.replace("-", " ")
-    sentences: list[Sentence] = []
-    start = boxes = 0
+    boxes = 0
     cue = neg = neut = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
     asserted: set[str] = set()
@@ -124,15 +125,6 @@ def read(text: str) -> Reading:
     letters: set[str] = set()
     denied_letters: set[str] = set()
     polarity: set[str] = set()
-
-    def sentence(end: int) -> Sentence:
-        _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
-        return Sentence(start, end, frozenset(asserted) if asserted else _NO_SET,
-                        frozenset(denied) if denied else _NO_SET, frozenset(letters) if letters else _NO_SET,
-                        frozenset(denied_letters) if denied_letters else _NO_SET, cue, boxes,
-                        frozenset(polarity) if polarity else _NO_SET,
-                        boxes > 0 or any(_IS_FINDING[c] for c in asserted))
-
     for m in _SCAN.finditer(low):
         group = m.lastindex
         if group == 5:
@@ -158,25 +150,31 @@ def read(text: str) -> Reading:
             else:  # "clause"
                 _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
                 clause, neg, neut = [], False, False
-        elif group == 2:
-            if m.start() > start or boxes:
-                sentences.append(sentence(m.end()))
-                asserted, denied, letters, denied_letters, polarity = set(), set(), set(), set(), set()
-                cue, boxes = False, 0
-            clause, neg, neut, start = [], False, False, m.end()
         elif group == 3:
             _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
             clause, neg, neut = [], False, False
         elif group == 1:
             boxes += 1
-        else:  # "(c)": a letter only when written in upper case
+        elif group == 4:  # "(c)": a letter only when written in upper case
             letter = text[m.start(4)]
             if letter.isupper():
                 clause.append(["#" + letter, neg])
-    if len(low) > start:
-        sentences.append(sentence(len(low)))
+    _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
+    if not low.strip():
+        return None
+    return Sentence(low, frozenset(asserted) if asserted else _NO_SET, frozenset(denied) if denied else _NO_SET,
+                    frozenset(letters) if letters else _NO_SET,
+                    frozenset(denied_letters) if denied_letters else _NO_SET, cue, boxes,
+                    frozenset(polarity) if polarity else _NO_SET,
+                    boxes > 0 or any(_IS_FINDING[c] for c in asserted))
+
+
+@lru_cache(maxsize=1 << 15)
+def read(text: str) -> Reading:
+    """Read a text (a reasoning, an option, a question) into its claims, sentence by sentence. Pure, cached."""
+    sentences = [s for s in map(read_sentence, _SENTENCE_END.split(text)) if s is not None]
     return Reading(
-        low,
+        text.lower().replace("-", " "),
         tuple(sentences),
         frozenset().union(*(x.asserted for x in sentences)),
         frozenset().union(*(x.denied for x in sentences)),

@@ -21,6 +21,7 @@ by the reasoning; denied: 0.0.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from medgrpo.rewards.accuracy import normalize_answer
@@ -45,21 +46,22 @@ class Verdict(NamedTuple):
 _NEGATORS = {"no", "not", "without", "than", "nor", "neither"}
 
 
-def _literal_in(low: str, phrase: str, start: int, end: int) -> bool:
-    """``phrase`` occurs in ``low[start:end]`` as whole words and not right after a negation ("not a cyst")."""
+def _literal_in(low: str, phrase: str) -> bool:
+    """``phrase`` occurs in ``low`` as whole words and not right after a negation ("not a cyst")."""
     if not phrase:
         return False
-    at = low.find(phrase, start, end)
+    at = low.find(phrase)
     while at >= 0:
         after = at + len(phrase)
         if (at == 0 or not low[at - 1].isalnum()) and (after >= len(low) or not low[after].isalnum()):
-            if not _NEGATORS.intersection(low[max(start, at - 16) : at].split()[-2:]):
+            if not _NEGATORS.intersection(low[max(0, at - 16) : at].split()[-2:]):
                 return True
-        at = low.find(phrase, at + 1, end)
+        at = low.find(phrase, at + 1)
     return False
 
 
-def committed(sentence: Sentence, reading: Reading, facts: RecordFacts, letters: bool = True) -> frozenset[str]:
+@lru_cache(maxsize=1 << 16)
+def committed(sentence: Sentence, facts: RecordFacts, letters: bool = True) -> frozenset[str]:
     """The option letters one sentence commits to, not counting denied mentions:
 
     * by letter (when ``letters``): "the answer is C", "option C", "(C)";
@@ -69,6 +71,7 @@ def committed(sentence: Sentence, reading: Reading, facts: RecordFacts, letters:
       (the lexicon reads "nodule" and "mass" alike, so those two need their own words), its concepts.
 
     When one matched option's concepts are a strict subset of another's, the more specific option wins.
+    Cached: sentences recur across the completions of one prompt.
     """
     hits = set(sentence.letters & set(facts.letters)) - sentence.denied_letters if letters else set()
     by_text: list[int] = []
@@ -80,7 +83,7 @@ def committed(sentence: Sentence, reading: Reading, facts: RecordFacts, letters:
                 by_text.append(i)
         elif concepts and concepts <= sentence.denied and not concepts <= sentence.asserted:
             continue
-        elif _literal_in(reading.low, facts.option_literal[i], sentence.start, sentence.end) or (
+        elif _literal_in(sentence.low, facts.option_literal[i]) or (
             concepts and concepts <= sentence.asserted and facts.option_concepts.count(concepts) == 1
         ):
             by_text.append(i)
@@ -95,7 +98,7 @@ def conclusion(reading: Reading, facts: RecordFacts) -> frozenset[str]:
     """The options the reasoning's concluding sentence commits to (empty when it concludes nothing)."""
     fallback: frozenset[str] = frozenset()
     for sentence in reversed(reading.sentences):
-        hits = committed(sentence, reading, facts)
+        hits = committed(sentence, facts)
         if hits:
             if sentence.cue:
                 return hits
@@ -117,7 +120,7 @@ def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
     concepts = read(answer).asserted
     if concepts and concepts <= reading.denied and not concepts <= reading.asserted:
         return Verdict(0.0, "contradict")
-    if (concepts and concepts <= reading.asserted) or _literal_in(reading.low, " ".join(words), 0, len(reading.low)):
+    if (concepts and concepts <= reading.asserted) or _literal_in(reading.low, " ".join(words)):
         return Verdict(1.0, "agree")
     return Verdict(NO_CONCLUSION, "none")
 

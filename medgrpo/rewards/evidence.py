@@ -33,7 +33,8 @@ record's structured ``evidence``, ``modality``, ``anatomy`` and ``bbox``. Every 
 ``no_contradiction``
     0.0 when the reasoning's conclusion contradicts the answer (:mod:`medgrpo.rewards.consistency`). Else
     1 - 0.5 per internal conflict (floored at 0): both polarities stated; two incompatible modalities; opposite
-    descriptors of the finding (left and right, bright and dark...); a finding or modality both asserted and
+    descriptors of the finding (left and right, bright and dark...; not when the record itself describes its
+    lesion with both, like an abscess's bright rim and dark centre); a finding or modality both asserted and
     denied.
 """
 
@@ -122,7 +123,7 @@ def answer_support(reading: Reading, facts: RecordFacts, choice: str | None, ans
         if facts.option_polarity[i] is None and concepts and concepts <= reading.denied \
                 and not concepts <= reading.asserted:
             return 0.0
-        content = any(choice in committed(s, reading, facts, letters=False) for s in reading.sentences)
+        content = any(choice in committed(s, facts, letters=False) for s in reading.sentences)
     else:
         if not answer or verdict.kind == "contradict":
             return 0.0

@@ -71,7 +71,7 @@ def rubric_messages(completion: str, record: MedADRecord) -> list[dict[str, str]
         findings["lesion_boxes_original_pixels"] = record.bbox
     user = (
         f"Question: {record.question}\nOptions:\n{options}\n"
-        f"Reference findings: {json.dumps(findings, ensure_ascii=False) if findings else '(none)'}\n"
+        f"Reference findings: {json.dumps(findings, ensure_ascii=False, default=str) if findings else '(none)'}\n"
         f"Chosen answer: {parsed.answer if parsed.answer is not None else '(none)'}\n"
         f"Reasoning to grade:\n{reasoning[:8000]}"
     )
@@ -102,8 +102,11 @@ def _number(value: Any) -> float | None:
 
 
 def _first_object(text: str) -> dict[str, Any] | None:
+    """The first parseable JSON object in ``text`` (bounded work: a few openings, a few thousand characters)."""
     start = text.find("{")
-    while start >= 0:
+    for _ in range(32):
+        if start < 0:
+            break
         depth = 0
         for end in range(start, min(len(text), start + 4000)):
             if text[end] == "{":

@@ -102,5 +102,8 @@ class RewardSettings:
         object.__setattr__(self, "evidence_weights", weights)
         if self.grounding_metric not in ("iou", "giou"):
             raise RewardSettingsError(f"grounding_metric must be 'iou' or 'giou', not {self.grounding_metric!r}")
-        if isinstance(self.judge, dict):
+        if isinstance(self.judge, dict):  # from a YAML recipe
+            unknown = sorted(set(self.judge) - set(JudgeSettings.__dataclass_fields__))
+            if unknown:
+                raise RewardSettingsError(f"judge.{unknown[0]}: unknown setting")
             object.__setattr__(self, "judge", JudgeSettings(**self.judge))
