@@ -18,6 +18,7 @@ from huggingface_hub import EvalResult, ModelCardData
 
 from medgrpo.data.boxes import BOX_FORMATS
 from medgrpo.data.record import MedADRecord
+from medgrpo.eval.aggregate import HEADLINE, SCHEMA_VERSION
 from medgrpo.prompts import SYSTEM_PROMPT, instruction
 
 RUN_INFO = "medgrpo_run.json"
@@ -162,7 +163,10 @@ def read_metrics(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CardError(f"{path}: cannot read metrics ({e})") from None
-    datasets = data.get("datasets") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        raise CardError(f"{path}: field 'schema_version': expected {SCHEMA_VERSION}, got {found!r}")
+    datasets = data.get("datasets")
     if not isinstance(datasets, dict) or not datasets:
         raise CardError(f"{path}: field 'datasets': expected a non-empty object of per-dataset metrics")
     for name, block in datasets.items():
@@ -191,14 +195,17 @@ def _fmt(value: float) -> str:
 
 
 def eval_results(metrics: dict[str, Any]) -> list[EvalResult]:
-    """Hub ``model-index`` entries: every overall numeric metric of every dataset."""
+    """Hub ``model-index`` entries: the headline metrics of ``medgrpo eval`` (accuracy, format failures,
+    consistency, evidence, grounding) of every dataset; the card's table has the rest."""
     results = []
     for name, block in metrics["datasets"].items():
         for metric, value, _, _ in _metrics_of(block["overall"]):
+            if metric not in HEADLINE:
+                continue
             results.append(EvalResult(
                 task_type="visual-question-answering", task_name="Medical VQA",
                 dataset_type=hub_id(name) or name, dataset_name=name, dataset_split=block.get("split"),
-                metric_type=metric, metric_name=metric.replace("_", " ").replace("/", ": ").capitalize(),
+                metric_type=metric, metric_name=metric.replace("_", " ").capitalize(),
                 metric_value=round(value, 6),
             ))
     return results

@@ -45,6 +45,7 @@ METRICS = {
                 "accuracy": {"value": 0.8125, "ci_low": 0.6875, "ci_high": 0.9375, "n": 30},
                 "consistency": {"value": 0.6, "ci_low": 0.45, "ci_high": 0.75, "n": 30},
                 "grounding_iou": {"value": None, "ci_low": None, "ci_high": None, "n": 0},
+                "completion_tokens": {"value": 41.5, "ci_low": 38.0, "ci_high": 45.0, "n": 30},
             },
             "by_task": {"anomaly_detection": {"n": 6, "accuracy": {"value": 1.0, "ci_low": 1.0, "ci_high": 1.0}}},
         }
@@ -227,10 +228,11 @@ def test_model_card_yaml_and_body(exports):
     assert "medical" in meta["tags"] and ARCH in meta["tags"]
     results = meta["model-index"][0]["results"]
     values = {m["type"]: m["value"] for r in results for m in r["metrics"]}
-    assert values == {"accuracy": 0.8125, "consistency": 0.6}  # null metrics are left out
+    assert values == {"accuracy": 0.8125, "consistency": 0.6}  # headline metrics with a value only
     assert ModelCard((exports["merged"] / "README.md").read_text()).data.eval_results[0].metric_value == 0.8125
     body = (exports["merged"] / "README.md").read_text()
     assert "| medad-synth | 30 | accuracy | 0.812 | [0.688, 0.938] |" in body
+    assert "| medad-synth | 30 | completion_tokens | 41.500 | [38.000, 45.000] |" in body
     assert "Not for clinical use" in body
     assert "Stage 1: SFT" in body and "Stage 2: Con-GRPO" in body
     assert "| `evidence` | 0.75 |" in body and "| `ha_dw` | `true` |" in body
@@ -293,6 +295,9 @@ def test_bad_metrics_file_is_one_line_error(runs, tmp_path, capsys):
     assert main(["--model", str(runs["sft"]), "--out", str(tmp_path / "out"), "--metrics", str(metrics)]) == 2
     err = capsys.readouterr().err
     assert err == f"medgrpo: {metrics}: field 'datasets.x.overall': expected an object of metrics\n"
+    metrics.write_text(json.dumps({"schema_version": 2, "datasets": {}}))
+    assert main(["--model", str(runs["sft"]), "--out", str(tmp_path / "out"), "--metrics", str(metrics)]) == 2
+    assert capsys.readouterr().err == f"medgrpo: {metrics}: field 'schema_version': expected 1, got 2\n"
     assert not (tmp_path / "out").exists()
 
 
