@@ -109,8 +109,14 @@ def _info_from_training_args(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any] | None:
-    """The stage's ``medgrpo_run.json`` as a dict (else what ``training_args.bin`` tells), or None."""
+    """The stage's ``medgrpo_run.json`` as a dict, or None when there is no provenance.
+
+    A ``checkpoint-N`` folder has none of its own and takes its run's; a run without one falls back to what
+    ``training_args.bin`` tells.
+    """
     path = run_dir / RUN_INFO
+    if not path.is_file() and re.fullmatch(r"checkpoint-\d+", run_dir.name):
+        path = run_dir.parent / RUN_INFO
     if not path.is_file():
         return _info_from_training_args(run_dir)
     try:
