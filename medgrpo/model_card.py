@@ -313,8 +313,10 @@ def _stages_text(chain: list[dict[str, Any]]) -> str:
     return f"its pipeline is {sft} then {grpo}; this export did not record which stages the model went through"
 
 
-def usage_snippet(model_id: str, model_type: str, system_prompt: str | None = SYSTEM_PROMPT) -> str:
-    """A self-contained script (transformers + PIL only) that asks the model one question in its trained format."""
+def usage_snippet(model_id: str, model_type: str, system_prompt: str | None = SYSTEM_PROMPT,
+                  adapter_base: str | None = None) -> str:
+    """A self-contained script (transformers + PIL, and peft for an adapter on ``adapter_base``) that asks the
+    model one question in its trained format."""
     example = MedADRecord(
         id="example", images=["scan.png"], question="Is there an abnormality in this image?",
         options=["Yes", "No"], answer="A", task="anomaly_detection",
@@ -322,15 +324,19 @@ def usage_snippet(model_id: str, model_type: str, system_prompt: str | None = SY
     user_text = instruction(example, BOX_FORMATS.get(model_type, "abs"))
     system_turn = (f'\n    {{"role": "system", "content": [{{"type": "text", "text": {system_prompt!r}}}]}},'
                    if system_prompt else "")
+    load = 'model = AutoModelForImageTextToText.from_pretrained(model_id, dtype="auto")'
+    if adapter_base:
+        load = (f'base = AutoModelForImageTextToText.from_pretrained({adapter_base!r}, dtype="auto")\n'
+                "model = PeftModel.from_pretrained(base, model_id)")
     return f'''```python
 import re
 
-from PIL import Image
+{"from peft import PeftModel" + chr(10) if adapter_base else ""}from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 model_id = {model_id!r}
 processor = AutoProcessor.from_pretrained(model_id)
-model = AutoModelForImageTextToText.from_pretrained(model_id, dtype="auto")
+{load}
 
 image = Image.open("scan.png").convert("RGB")
 messages = [{system_turn}
@@ -409,8 +415,9 @@ def build_model_card(
     name = card_data.model_name
     system_prompt = trained_system_prompt(chain)
     base_text = f"`{scrub(base_model)}`" if base_model else "a Qwen-VL model"
-    adapter_note = ""
+    adapter_note, adapter_ref = "", None
     if adapter_of:
+        adapter_ref = hub_id(adapter_of, near) or f"path/to/{scrub(adapter_of)}"
         where = "" if hub_id(adapter_of, near) else (
             ", a local folder of the training run (export without `--keep-adapter` for standalone weights)")
         adapter_note = (
@@ -422,6 +429,8 @@ def build_model_card(
         by_task = task_table(metrics)
         eval_text = "\n\n".join([eval_table(metrics), *([by_task] if by_task else []),
                                   "Values and 95% confidence intervals as computed by `medgrpo eval`."])
+    measured = ("Accuracy was measured only on the datasets listed above" if metrics
+                else "No evaluation results come with this export: measure the model on your own data")
     body = f"""
 # {name}
 
@@ -438,7 +447,7 @@ trained from {base_text} with medgrpo, following MedAD-R1 (arXiv 2602.01081): {_
 
 ## Usage
 
-{usage_snippet(model_id, model_type, system_prompt)}
+{usage_snippet(model_id, model_type, system_prompt, adapter_ref)}
 
 ## Training recipe
 
@@ -457,7 +466,7 @@ short-answer question.
 ## Limitations
 
 - Not a medical device; outputs are not diagnoses. Do not use it on patients or to inform their care.
-- Accuracy was measured only on the datasets listed above; performance on other modalities, scanners,
+- {measured}; performance on other modalities, scanners,
   populations and question styles is unknown and may be much lower.
 - A consistent reasoning trace is not a correct one: the rewards check agreement between reasoning, evidence
   and answer, not clinical truth. Cited boxes can be misplaced.

@@ -148,13 +148,14 @@ def _source_completion(run_dir: Path, export: Path) -> str:
 
 
 def test_usage_snippets_reload_offline_without_medgrpo_and_match_source(runs, exports):
-    pairs = [("full", "sft"), ("merged", "con_grpo")]
+    pairs = [("full", "sft"), ("merged", "con_grpo"), ("adapter", "con_grpo")]
     parent = exports["full"].parent
     Image.new("RGB", (96, 80), (120, 60, 30)).save(parent / "scan.png")
     script = ""
     for kind, _ in pairs:
         # the Hub id of a pushed export stands for the same folder once downloaded; fewer tokens keep CI fast
         snippet = _snippet(exports[kind]).replace("'org/medgrpo-tiny'", repr(f"./{exports[kind].name}"))
+        snippet = snippet.replace("'path/to/sft'", repr(str(runs["sft"])))  # the adapter's local base
         assert "max_new_tokens=512" in snippet
         snippet = snippet.replace("max_new_tokens=512", f"max_new_tokens={NEW_TOKENS}")
         script += f"exec({snippet!r}, {{}})\nprint('<<end>>')\n"  # one interpreter start-up for both
