@@ -330,3 +330,17 @@ def test_other_architectures_export_and_verify(arch, tiny_model_dirs, synth_dir,
     assert "integers on a 0-1000 grid" in (out / "README.md").read_text()
     report = verify_export(out, tiny_model_dirs[arch], synth_dir, samples=1, max_new_tokens=4)
     assert report.ok, report
+
+
+def test_provenance_falls_back_to_training_args(runs, tmp_path):
+    from trl import SFTConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in runs["tiny"].iterdir():
+        (run / f.name).write_bytes(f.read_bytes())
+    torch.save(SFTConfig(output_dir=str(run), learning_rate=0.00123, bf16=False, report_to="none"),
+               run / "training_args.bin")
+    card = (export_model(run, tmp_path / "out") / "README.md").read_text()
+    assert "### Stage 1: SFT" in card and "| `learning_rate` | `0.00123` |" in card
+    assert str(tmp_path) not in card
