@@ -1,13 +1,15 @@
-"""Reward speed: the full rule-based stack on realistic ~300-token completions on one core, side by side with one
-GRPO step of the demo tiny model (and the rewards' share of that step), and the judge backend's throughput
+"""Reward speed: the full rule-based stack on realistic ~300-token completions on one core, side by side with
+one GRPO step of the demo tiny model (and the rewards' share of that step), and the judge backend's throughput
 against a local tiny model.
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python eval/bench_rewards.py [--n 4000] [--skip-step] [--skip-judge]
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python eval/bench_rewards.py [--n 4000] [--skip-step]
 
-Completions are MedAD-Synth gold targets padded with extra reasoning sentences to about 300 tokens, and varied
-(wrong letters, missing boxes, hedges) so that every one is distinct: no cache hit across completions. The five
-reward functions are called the way TRL calls them, one after the other on the same batch, so the figure
-includes the cache that lets four of them reuse the first one's work.
+Completions are MedAD-Synth gold targets padded with extra reasoning sentences to about 300 tokens and varied
+(wrong letters, missing boxes, hedges) so that every completion is distinct. Two figures: sentences shared
+between completions as in a GRPO group (the claim reader caches sentences), and every sentence new (the worst
+case). The five reward functions are called the way TRL calls them, one after the other on the same batch, so
+the figures include the cache that lets four of them reuse the first one's work. Times are CPU time of this
+process, so other load on the machine does not count.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ EXTRA = [
 ]
 
 
-def completions_for(records, frames, n: int, seed: int = 0, novel: bool = False) -> tuple[list[str], list[int]]:
+def completions_for(
+    records, frames, n: int, seed: int = 0, novel: bool = False
+) -> tuple[list[str], list[int]]:
     """``n`` distinct, realistic completions and the index of the record each answers. ``novel``: tag every
     sentence with a unique number too, so that no sentence repeats (the claim reader's worst case)."""
     from medgrpo.prompts import build_target
@@ -66,9 +70,25 @@ def completions_for(records, frames, n: int, seed: int = 0, novel: bool = False)
 
 
 def columns_for(records, frames, rows) -> dict[str, list]:
-    cols: dict[str, list] = {k: [] for k in ("id", "question", "options", "answer", "task", "modality", "anatomy",
-                                             "evidence", "bbox", "cot", "source", "box_format", "image_size",
-                                             "model_image_size")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "id",
+            "question",
+            "options",
+            "answer",
+            "task",
+            "modality",
+            "anatomy",
+            "evidence",
+            "bbox",
+            "cot",
+            "source",
+            "box_format",
+            "image_size",
+            "model_image_size",
+        )
+    }
     for j in rows:
         r, f = records[j], frames[j]
         for name in ("id", "question", "options", "answer", "task", "source"):
@@ -115,7 +135,9 @@ def bench_rule_stack(records, frames, n: int, batch: int, novel: bool) -> float:
         first += mid - start
     total = first + rest
     label = "every sentence new" if novel else "sentences shared as in a GRPO group"
-    print(f"{'full rule stack, ' + label:<52} {n / total:>9,.0f} completions/s {total / n * 1e6:>6.0f} us each")
+    print(
+        f"{'full rule stack, ' + label:<52} {n / total:>9,.0f} completions/s {total / n * 1e6:>6.0f} us each"
+    )
     print(f"{'  first reward of a batch (parse + all verifiers)':<52} {first / n * 1e6:>32.0f} us each")
     print(f"{'  the four other rewards (cache hits)':<52} {rest / n * 1e6:>32.0f} us each")
     return total / n
@@ -127,8 +149,10 @@ def describe(records, frames, n: int) -> None:
     texts, _ = completions_for(records, frames, min(n, 500))
     tok = build_tokenizer()
     n_tokens = sum(len(tok(t)["input_ids"]) for t in texts) / len(texts)
-    print(f"completions: {n} distinct per run, mean {n_tokens:.0f} tokens (tiny BPE), "
-          f"{sum(map(len, texts)) / len(texts):.0f} characters; CPU time of one process (one core)")
+    print(
+        f"completions: {n} distinct per run, mean {n_tokens:.0f} tokens (tiny BPE), "
+        f"{sum(map(len, texts)) / len(texts):.0f} characters; CPU time of one process (one core)"
+    )
 
 
 def bench_grpo_step(synth: Path, records, per_completion_s: float, steps: int) -> None:
@@ -168,22 +192,47 @@ def bench_grpo_step(synth: Path, records, per_completion_s: float, steps: int) -
             self.times.append(time.perf_counter() - self.start)
 
     out = tempfile.mkdtemp(prefix="bench-grpo-")
-    config = GRPOConfig(output_dir=out, bf16=False, gradient_checkpointing=False, num_generations=4,
-                        per_device_train_batch_size=16, max_completion_length=128, learning_rate=5e-4, beta=0.0,
-                        max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], seed=0,
-                        use_cpu=True, dataloader_num_workers=0)
+    config = GRPOConfig(
+        output_dir=out,
+        bf16=False,
+        gradient_checkpointing=False,
+        num_generations=4,
+        per_device_train_batch_size=16,
+        max_completion_length=128,
+        learning_rate=5e-4,
+        beta=0.0,
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=0,
+        use_cpu=True,
+        dataloader_num_workers=0,
+    )
     timer = StepTimer()
-    funcs = [timed(f) for f in build_reward_funcs(["format", "accuracy", "consistency", "evidence", "grounding"])]
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=funcs, args=config, train_dataset=dataset,
-                          processing_class=processor, callbacks=[timer])
+    funcs = [
+        timed(f) for f in build_reward_funcs(["format", "accuracy", "consistency", "evidence", "grounding"])
+    ]
+    trainer = GRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=funcs,
+        args=config,
+        train_dataset=dataset,
+        processing_class=processor,
+        callbacks=[timer],
+    )
     trainer.train()
     step = sum(timer.times[1:]) / max(1, len(timer.times) - 1)
     per_step_rewards = reward_time[0] / len(timer.times)
     print(f"{'GRPO step, demo qwen2_5_vl (16 completions x 128 tok)':<48} {step:>10.2f} s")
-    print(f"{'  rewards measured inside those steps':<48} {per_step_rewards * 1e3:>10.2f} ms "
-          f"({per_step_rewards / step:.2%} of the step)")
-    print(f"{'  16 completions at the benchmark rate':<48} {16 * per_completion_s * 1e3:>10.2f} ms "
-          f"({16 * per_completion_s / step:.3%} of the step)")
+    print(
+        f"{'  rewards measured inside those steps':<48} {per_step_rewards * 1e3:>10.2f} ms "
+        f"({per_step_rewards / step:.2%} of the step)"
+    )
+    print(
+        f"{'  16 completions at the benchmark rate':<48} {16 * per_completion_s * 1e3:>10.2f} ms "
+        f"({16 * per_completion_s / step:.3%} of the step)"
+    )
 
 
 def bench_judge(synth: Path, records, frames, n: int) -> None:
@@ -194,14 +243,17 @@ def bench_judge(synth: Path, records, frames, n: int) -> None:
     model_dir = build_tiny_model("qwen2_5_vl", "ci", synth.parent / "ci-model")
     texts, rows = completions_for(records, frames, n, seed=1)
     for batch_size in (1, 8):
-        client = JudgeClient(JudgeSettings(transport="local", model=str(model_dir), max_new_tokens=32,
-                                           batch_size=batch_size))
+        client = JudgeClient(
+            JudgeSettings(transport="local", model=str(model_dir), max_new_tokens=32, batch_size=batch_size)
+        )
         client.score([(texts[0] + "warm-up", records[rows[0]])])
         start = time.perf_counter()
         client.score([(t, records[j]) for t, j in zip(texts, rows, strict=True)])
         elapsed = time.perf_counter() - start
-        print(f"{f'judge, local ci tiny model, batch {batch_size}, 32 new tok':<48} {n / elapsed:>10.1f} completions/s "
-              f"(unparsed criteria: {client.stats['unparsed']})")
+        label = f"judge, local ci tiny model, batch {batch_size}, 32 new tok"
+        print(
+            f"{label:<52} {n / elapsed:>9.1f} completions/s (unparsed criteria: {client.stats['unparsed']})"
+        )
 
 
 def main() -> None:

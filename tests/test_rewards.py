@@ -18,22 +18,51 @@ from medgrpo.rewards import (
     verify,
 )
 
-DETECTION = ["no abnormality", "abnormality on the left side", "abnormality on the right side",
-             "abnormalities on both sides"]
+DETECTION = [
+    "no abnormality",
+    "abnormality on the left side",
+    "abnormality on the right side",
+    "abnormalities on both sides",
+]
 QUADRANTS = ["left upper quadrant", "right upper quadrant", "left lower quadrant", "right lower quadrant"]
-LESION = {"abnormal": True, "finding": "mass", "location": "left upper quadrant", "laterality": "left",
-          "appearance": ["hyperintense", "irregular", "lobulated"], "modality": "MRI", "anatomy": "brain",
-          "size": "large"}
-NORMAL = {"abnormal": False, "finding": None, "location": None, "laterality": None, "appearance": [],
-          "modality": "CT", "anatomy": "chest", "size": None}
+LESION = {
+    "abnormal": True,
+    "finding": "mass",
+    "location": "left upper quadrant",
+    "laterality": "left",
+    "appearance": ["hyperintense", "irregular", "lobulated"],
+    "modality": "MRI",
+    "anatomy": "brain",
+    "size": "large",
+}
+NORMAL = {
+    "abnormal": False,
+    "finding": None,
+    "location": None,
+    "laterality": None,
+    "appearance": [],
+    "modality": "CT",
+    "anatomy": "chest",
+    "size": None,
+}
 BOX = [20.0, 20.0, 40.0, 40.0]
 
 
 def rec(task, options, answer, evidence=LESION, bbox=(BOX,), question="Which option is correct?", **kw):
     ev = evidence or {}
-    return MedADRecord(id=kw.pop("id", task), images=["images/x.png"], question=question, options=options,
-                       answer=answer, task=task, modality=ev.get("modality"), anatomy=ev.get("anatomy"),
-                       evidence=evidence, bbox=[list(b) for b in bbox] if bbox else None, **kw)
+    return MedADRecord(
+        id=kw.pop("id", task),
+        images=["images/x.png"],
+        question=question,
+        options=options,
+        answer=answer,
+        task=task,
+        modality=ev.get("modality"),
+        anatomy=ev.get("anatomy"),
+        evidence=evidence,
+        bbox=[list(b) for b in bbox] if bbox else None,
+        **kw,
+    )
 
 
 def done(think, answer):
@@ -41,12 +70,24 @@ def done(think, answer):
 
 
 MRI_BRAIN = "This is an MRI scan of the brain."
-FINDING = "There is a large irregular hyperintense mass in the left upper quadrant <box>[20, 20, 40, 40]</box>."
+FINDING = (
+    "There is a large irregular hyperintense mass in the left upper quadrant <box>[20, 20, 40, 40]</box>."
+)
 
-ANOMALY = rec("anomaly_detection", DETECTION, "B",
-              question="Is there an abnormality in this MRI scan of the brain, and if so, on which side?")
-ANOMALY_NORMAL = rec("anomaly_detection", DETECTION, "A", evidence=NORMAL, bbox=None,
-                     question="Is there an abnormality in this CT scan of the chest?")
+ANOMALY = rec(
+    "anomaly_detection",
+    DETECTION,
+    "B",
+    question="Is there an abnormality in this MRI scan of the brain, and if so, on which side?",
+)
+ANOMALY_NORMAL = rec(
+    "anomaly_detection",
+    DETECTION,
+    "A",
+    evidence=NORMAL,
+    bbox=None,
+    question="Is there an abnormality in this CT scan of the chest?",
+)
 MODALITY = rec("modality_classification", ["CT", "MRI", "X-ray", "ultrasound"], "B")
 ANATOMY = rec("anatomy_identification", ["knee", "chest", "brain", "skin"], "C")
 PATHOLOGY = rec("pathology_characterization", ["nodule", "cyst", "calcification", "mass"], "D")
@@ -54,19 +95,49 @@ LOCATION = rec("lesion_localization", QUADRANTS, "A")
 OPEN = rec("other", [], "left upper lobe", evidence=None, bbox=None, question="Where is the lesion?")
 
 HONEST = {
-    "anomaly": (ANOMALY, done(f"{MRI_BRAIN} {FINDING} The abnormality is therefore on the left side only, so "
-                              "the answer is B (abnormality on the left side).", "B")),
-    "anomaly_normal": (ANOMALY_NORMAL, done("This is a CT scan of the chest. No focal lesion is seen; the chest "
-                                            "looks normal. There is therefore no abnormality, so the answer is A "
-                                            "(no abnormality).", "A")),
-    "modality": (MODALITY, done(f"{MRI_BRAIN} {FINDING} The imaging modality is therefore MRI, so the answer "
-                                "is B (MRI).", "B")),
-    "anatomy": (ANATOMY, done(f"{MRI_BRAIN} {FINDING} The region shown is therefore the brain, so the answer is "
-                              "C (brain).", "C")),
-    "pathology": (PATHOLOGY, done(f"{MRI_BRAIN} {FINDING} It is not a cyst. These features are typical of a "
-                                  "mass, so the answer is D (mass).", "D")),
-    "location": (LOCATION, done(f"{MRI_BRAIN} {FINDING} The lesion therefore lies in the left upper quadrant, "
-                                "so the answer is A (left upper quadrant).", "A")),
+    "anomaly": (
+        ANOMALY,
+        done(
+            f"{MRI_BRAIN} {FINDING} The abnormality is therefore on the left side only, so "
+            "the answer is B (abnormality on the left side).",
+            "B",
+        ),
+    ),
+    "anomaly_normal": (
+        ANOMALY_NORMAL,
+        done(
+            "This is a CT scan of the chest. No focal lesion is seen; the chest "
+            "looks normal. There is therefore no abnormality, so the answer is A "
+            "(no abnormality).",
+            "A",
+        ),
+    ),
+    "modality": (
+        MODALITY,
+        done(f"{MRI_BRAIN} {FINDING} The imaging modality is therefore MRI, so the answer is B (MRI).", "B"),
+    ),
+    "anatomy": (
+        ANATOMY,
+        done(
+            f"{MRI_BRAIN} {FINDING} The region shown is therefore the brain, so the answer is C (brain).", "C"
+        ),
+    ),
+    "pathology": (
+        PATHOLOGY,
+        done(
+            f"{MRI_BRAIN} {FINDING} It is not a cyst. These features are typical of a "
+            "mass, so the answer is D (mass).",
+            "D",
+        ),
+    ),
+    "location": (
+        LOCATION,
+        done(
+            f"{MRI_BRAIN} {FINDING} The lesion therefore lies in the left upper quadrant, "
+            "so the answer is A (left upper quadrant).",
+            "A",
+        ),
+    ),
 }
 
 
@@ -75,40 +146,48 @@ def test_honest_completion_scores_full_marks(name):
     record, completion = HONEST[name]
     s = verify(completion, record)
     assert (s["format"], s["accuracy"], s["consistency"]) == (1.0, 1.0, 1.0)
-    for key in ("evidence/question_relevance", "evidence/answer_support", "evidence/no_hallucination",
-                "evidence/no_contradiction"):
+    for key in (
+        "evidence/question_relevance",
+        "evidence/answer_support",
+        "evidence/no_hallucination",
+        "evidence/no_contradiction",
+    ):
         assert s[key] == 1.0, key
     assert s["evidence/visual_grounding"] == 1.0
     assert s["grounding"] == (None if record.bbox is None else 1.0)
 
 
-# ---- format -------------------------------------------------------------------------------------------------
+# ---- format ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("completion, expected", [
-    (done("Reasoning.", "B"), 1.0),
-    (done("Reasoning with a box <box>[1, 2, 3, 4]</box>.", "B"), 1.0),
-    ("  \n" + done("Reasoning.", "B") + "\n ", 1.0),
-    ([{"role": "assistant", "content": done("Reasoning.", "B")}], 1.0),
-    ([{"role": "assistant", "content": [{"type": "text", "text": done("Reasoning.", "B")}]}], 1.0),
-    ("Sure! " + done("Reasoning.", "B"), 0.0),
-    (done("Reasoning.", "B") + " Done.", 0.0),
-    (done("", "B"), 0.0),
-    (done("   ", "B"), 0.0),
-    (done("Reasoning.", "B") + "<answer>B</answer>", 0.0),
-    (done("Reasoning.", "E"), 0.0),
-    (done("Reasoning.", "b"), 0.0),
-    (done("Reasoning.", "AB"), 0.0),
-    (done("Reasoning.", "B. MRI"), 0.0),
-    ("<THINK>Reasoning.</THINK><ANSWER>B</ANSWER>", 0.0),
-    ("<think>Reasoning.</Think><answer>B</answer>", 0.0),
-    (done("Reasoning <Box>[1, 2, 3, 4]</Box>.", "B"), 0.0),
-    (done("Reasoning <box>[nan, 2, 3, 4]</box>.", "B"), 0.0),
-    (done("Reasoning <box>[1, 2, 3]</box>.", "B"), 0.0),
-    (done("Reasoning <think>nested</think>.", "B"), 0.0),
-    ("<answer>B</answer><think>Reasoning.</think>", 0.0),
-    (None, 0.0),
-    ([], 0.0),
-])
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        (done("Reasoning.", "B"), 1.0),
+        (done("Reasoning with a box <box>[1, 2, 3, 4]</box>.", "B"), 1.0),
+        ("  \n" + done("Reasoning.", "B") + "\n ", 1.0),
+        ([{"role": "assistant", "content": done("Reasoning.", "B")}], 1.0),
+        ([{"role": "assistant", "content": [{"type": "text", "text": done("Reasoning.", "B")}]}], 1.0),
+        ("Sure! " + done("Reasoning.", "B"), 0.0),
+        (done("Reasoning.", "B") + " Done.", 0.0),
+        (done("", "B"), 0.0),
+        (done("   ", "B"), 0.0),
+        (done("Reasoning.", "B") + "<answer>B</answer>", 0.0),
+        (done("Reasoning.", "E"), 0.0),
+        (done("Reasoning.", "b"), 0.0),
+        (done("Reasoning.", "AB"), 0.0),
+        (done("Reasoning.", "B. MRI"), 0.0),
+        ("<THINK>Reasoning.</THINK><ANSWER>B</ANSWER>", 0.0),
+        ("<think>Reasoning.</Think><answer>B</answer>", 0.0),
+        (done("Reasoning <Box>[1, 2, 3, 4]</Box>.", "B"), 0.0),
+        (done("Reasoning <box>[nan, 2, 3, 4]</box>.", "B"), 0.0),
+        (done("Reasoning <box>[1, 2, 3]</box>.", "B"), 0.0),
+        (done("Reasoning <think>nested</think>.", "B"), 0.0),
+        ("<answer>B</answer><think>Reasoning.</think>", 0.0),
+        (None, 0.0),
+        ([], 0.0),
+    ],
+)
 def test_format(completion, expected):
     assert verify(completion, MODALITY)["format"] == expected
 
@@ -118,12 +197,27 @@ def test_format_open_ended_takes_short_free_text():
     assert verify(done("Reasoning.", " ".join(["word"] * 30)), OPEN)["format"] == 0.0
 
 
-# ---- accuracy -----------------------------------------------------------------------------------------------
+# ---- accuracy ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("answer, expected", [
-    ("B", 1.0), ("(B)", 1.0), ("B.", 1.0), ("B: MRI", 1.0), ("MRI", 1.0), ("mri", 1.0),
-    ("A", 0.0), ("B: CT", 0.0), ("AB", 0.0), ("A, B", 0.0), ("E", 0.0), ("", 0.0), ("The answer", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ("B", 1.0),
+        ("(B)", 1.0),
+        ("B.", 1.0),
+        ("B: MRI", 1.0),
+        ("MRI", 1.0),
+        ("mri", 1.0),
+        ("A", 0.0),
+        ("B: CT", 0.0),
+        ("AB", 0.0),
+        ("A, B", 0.0),
+        ("E", 0.0),
+        ("", 0.0),
+        ("The answer", 0.0),
+    ],
+)
 def test_accuracy_multiple_choice(answer, expected):
     assert verify(done("Reasoning.", answer), MODALITY)["accuracy"] == expected
 
@@ -140,9 +234,15 @@ def test_choice_of_respects_the_number_of_options():
     assert choice_of("(C)", ["a", "b", "c"], strict=True) is None
 
 
-@pytest.mark.parametrize("answer, expected", [
-    ("left upper lobe", 1.0), ("The left upper lobe.", 1.0), ("upper lobe", 0.8), ("right lower lung", 0.0),
-])
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ("left upper lobe", 1.0),
+        ("The left upper lobe.", 1.0),
+        ("upper lobe", 0.8),
+        ("right lower lung", 0.0),
+    ],
+)
 def test_accuracy_open_ended(answer, expected):
     assert verify(done("Reasoning.", answer), OPEN)["accuracy"] == pytest.approx(expected)
 
@@ -153,36 +253,44 @@ def test_accuracy_open_ended_yes_no_needs_the_exact_word():
     assert verify(done("x", "yes no"), record)["accuracy"] == 0.0
 
 
-# ---- consistency --------------------------------------------------------------------------------------------
+# ---- consistency -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("record, think, answer, expected", [
-    # anomaly detection: polarity and side
-    (ANOMALY, f"{FINDING} The abnormality is therefore on the left side only.", "B", 1.0),
-    (ANOMALY, f"{FINDING} The abnormality is therefore on the left side only.", "C", 0.0),
-    (ANOMALY, f"{FINDING} There is therefore no abnormality.", "B", 0.0),
-    (ANOMALY, "No abnormality is seen. Yet there is a mass in the left upper quadrant. So the answer is B.", "B",
-     0.0),
-    (ANOMALY_NORMAL, "No focal lesion is seen; the chest looks normal.", "A", 1.0),
-    (ANOMALY_NORMAL, "No focal lesion is seen; the chest looks normal.", "B", 0.0),
-    # modality: letter and text
-    (MODALITY, "This is an MRI scan. Therefore the answer is B.", "B", 1.0),
-    (MODALITY, "This is an MRI scan. Therefore the answer is B.", "A", 0.0),
-    (MODALITY, "It is not CT but MRI, so the answer is (B).", "B", 1.0),
-    (MODALITY, "It could be CT or MRI, so the answer is A or B.", "B", 0.5),
-    (MODALITY, "It is one of A, B, C or D: (A) CT, (B) MRI, (C) X-ray, (D) ultrasound.", "B", 0.25),
-    # anatomy: the conclusion, not an earlier mention, decides
-    (ANATOMY, "The knee is not shown. The region is therefore the brain.", "C", 1.0),
-    (ANATOMY, "The region is therefore the knee.", "C", 0.0),
-    # pathology: "nodule" and "mass" share a lexicon concept, so their own words decide
-    (PATHOLOGY, "An irregular lobulated lesion, not a cyst, typical of a mass.", "D", 1.0),
-    (PATHOLOGY, "A round well-defined lesion typical of a nodule.", "D", 0.0),
-    # localisation: by text through the lexicon
-    (LOCATION, "The lesion lies in the upper left quadrant.", "A", 1.0),
-    (LOCATION, "The lesion lies in the right lower quadrant.", "A", 0.0),
-    # no conclusion, no reasoning
-    (MODALITY, "The image is grey.", "B", 0.25),
-    (MODALITY, "", "B", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "record, think, answer, expected",
+    [
+        # anomaly detection: polarity and side
+        (ANOMALY, f"{FINDING} The abnormality is therefore on the left side only.", "B", 1.0),
+        (ANOMALY, f"{FINDING} The abnormality is therefore on the left side only.", "C", 0.0),
+        (ANOMALY, f"{FINDING} There is therefore no abnormality.", "B", 0.0),
+        (
+            ANOMALY,
+            "No abnormality is seen. Yet there is a mass in the left upper quadrant. So the answer is B.",
+            "B",
+            0.0,
+        ),
+        (ANOMALY_NORMAL, "No focal lesion is seen; the chest looks normal.", "A", 1.0),
+        (ANOMALY_NORMAL, "No focal lesion is seen; the chest looks normal.", "B", 0.0),
+        # modality: letter and text
+        (MODALITY, "This is an MRI scan. Therefore the answer is B.", "B", 1.0),
+        (MODALITY, "This is an MRI scan. Therefore the answer is B.", "A", 0.0),
+        (MODALITY, "It is not CT but MRI, so the answer is (B).", "B", 1.0),
+        (MODALITY, "It could be CT or MRI, so the answer is A or B.", "B", 0.5),
+        (MODALITY, "It is one of A, B, C or D: (A) CT, (B) MRI, (C) X-ray, (D) ultrasound.", "B", 0.25),
+        # anatomy: the conclusion, not an earlier mention, decides
+        (ANATOMY, "The knee is not shown. The region is therefore the brain.", "C", 1.0),
+        (ANATOMY, "The region is therefore the knee.", "C", 0.0),
+        # pathology: "nodule" and "mass" share a lexicon concept, so their own words decide
+        (PATHOLOGY, "An irregular lobulated lesion, not a cyst, typical of a mass.", "D", 1.0),
+        (PATHOLOGY, "A round well-defined lesion typical of a nodule.", "D", 0.0),
+        # localisation: by text through the lexicon
+        (LOCATION, "The lesion lies in the upper left quadrant.", "A", 1.0),
+        (LOCATION, "The lesion lies in the right lower quadrant.", "A", 0.0),
+        # no conclusion, no reasoning
+        (MODALITY, "The image is grey.", "B", 0.25),
+        (MODALITY, "", "B", 0.0),
+    ],
+)
 def test_consistency(record, think, answer, expected):
     assert verify(done(think, answer), record)["consistency"] == pytest.approx(expected)
 
@@ -192,23 +300,30 @@ def test_consistency_without_a_valid_answer_is_zero():
     assert verify("<think>Therefore the answer is B.</think>", MODALITY)["consistency"] == 0.0
 
 
-@pytest.mark.parametrize("think, expected", [
-    ("The lesion is in the left upper lobe.", 1.0),
-    ("The lesion is not in the left upper lobe.", 0.0),
-    ("The image is grey.", 0.25),
-])
+@pytest.mark.parametrize(
+    "think, expected",
+    [
+        ("The lesion is in the left upper lobe.", 1.0),
+        ("The lesion is not in the left upper lobe.", 0.0),
+        ("The image is grey.", 0.25),
+    ],
+)
 def test_consistency_open_ended(think, expected):
     assert verify(done(think, "left upper lobe"), OPEN)["consistency"] == expected
 
 
-# ---- evidence criteria --------------------------------------------------------------------------------------
+# ---- evidence criteria -------------------------------------------------------------------------------------
+
 
 def test_no_hallucination_flags_a_lesion_on_a_normal_image_and_the_wrong_side():
-    lesion_on_normal = done("This is a CT scan of the chest. There is a mass in the left upper lobe. "
-                            "The answer is A.", "A")
+    lesion_on_normal = done(
+        "This is a CT scan of the chest. There is a mass in the left upper lobe. The answer is A.", "A"
+    )
     assert verify(lesion_on_normal, ANOMALY_NORMAL)["evidence/no_hallucination"] == 0.5  # mass + polarity
-    wrong_side = done(f"{MRI_BRAIN} There is an irregular hyperintense mass in the right upper quadrant. "
-                      "The answer is A.", "A")
+    wrong_side = done(
+        f"{MRI_BRAIN} There is an irregular hyperintense mass in the right upper quadrant. The answer is A.",
+        "A",
+    )
     right_side = wrong_side.replace("right upper", "left upper")
     assert verify(wrong_side, LOCATION)["evidence/no_hallucination"] < 1.0
     assert verify(right_side, LOCATION)["evidence/no_hallucination"] == 1.0
@@ -218,13 +333,20 @@ def test_no_hallucination_flags_a_lesion_on_a_normal_image_and_the_wrong_side():
 
 def test_no_hallucination_counts_boxes_that_miss_the_lesion():
     hit = done(f"{MRI_BRAIN} A mass <box>[20, 20, 40, 40]</box>. The answer is D.", "D")
-    miss = done(f"{MRI_BRAIN} A mass <box>[20, 20, 40, 40]</box> and <box>[90, 90, 120, 120]</box>. "
-                "The answer is D.", "D")
-    assert verify(hit, PATHOLOGY)["evidence/no_hallucination"] > verify(miss, PATHOLOGY)["evidence/no_hallucination"]
+    miss = done(
+        f"{MRI_BRAIN} A mass <box>[20, 20, 40, 40]</box> and <box>[90, 90, 120, 120]</box>. The answer is D.",
+        "D",
+    )
+    assert (
+        verify(hit, PATHOLOGY)["evidence/no_hallucination"]
+        > verify(miss, PATHOLOGY)["evidence/no_hallucination"]
+    )
 
 
 def test_no_contradiction():
-    both_sides = done(f"{MRI_BRAIN} There is a mass in the left and right upper quadrant. The answer is A.", "A")
+    both_sides = done(
+        f"{MRI_BRAIN} There is a mass in the left and right upper quadrant. The answer is A.", "A"
+    )
     assert verify(both_sides, LOCATION)["evidence/no_contradiction"] == 0.5
     other_option = done(f"{MRI_BRAIN} {FINDING} So the answer is C (calcification).", "D")
     assert verify(other_option, PATHOLOGY)["evidence/no_contradiction"] == 0.0
@@ -242,8 +364,13 @@ def test_visual_grounding_checks_modality_anatomy_location_and_box():
 
 
 def test_question_relevance_penalises_copying_the_question():
-    record = rec("lesion_localization", QUADRANTS, "A", question="Where is the lesion located in this MRI scan "
-                 "of the brain? Left and right refer to the image as displayed.")
+    record = rec(
+        "lesion_localization",
+        QUADRANTS,
+        "A",
+        question="Where is the lesion located in this MRI scan "
+        "of the brain? Left and right refer to the image as displayed.",
+    )
     copied = verify(done(record.question, "A"), record)["evidence/question_relevance"]
     honest = verify(HONEST["location"][1], record)["evidence/question_relevance"]
     assert copied == 0.0 and honest == 1.0
@@ -262,27 +389,41 @@ def test_evidence_weights_select_criteria():
     s = verify(completion, MODALITY, settings=only_hallucination)
     assert s["evidence"] == s["evidence/no_hallucination"] == 0.5
     s = verify(completion, MODALITY)
-    assert s["evidence"] == pytest.approx(sum(s[f"evidence/{c}"] for c in (
-        "visual_grounding", "question_relevance", "answer_support", "no_hallucination", "no_contradiction")) / 5)
+    assert s["evidence"] == pytest.approx(
+        sum(
+            s[f"evidence/{c}"]
+            for c in (
+                "visual_grounding",
+                "question_relevance",
+                "answer_support",
+                "no_hallucination",
+                "no_contradiction",
+            )
+        )
+        / 5
+    )
 
 
-# ---- grounding ----------------------------------------------------------------------------------------------
+# ---- grounding ---------------------------------------------------------------------------------------------
 
 ABS = BoxFrame("abs", 200, 100, 100, 50)  # the model sees the image at half size
 REL = BoxFrame("rel1000", 200, 100, 100, 50)
 
 
-@pytest.mark.parametrize("frame, cited, expected", [
-    (ABS, "<box>[10, 10, 20, 20]</box>", 1.0),  # model pixels x2 = original [20, 20, 40, 40]
-    (REL, "<box>[100, 200, 200, 400]</box>", 1.0),  # 0-1000 grid of a 200x100 image
-    (None, "<box>[20, 20, 40, 40]</box>", 1.0),  # no frame: original pixels
-    (ABS, "<box>[20, 20, 40, 40]</box>", 0.0),  # read as original pixels it would be a hit: it is not
-    (ABS, "<box>[10, 10, 20, 20]</box> <box>[0, 0, 100, 50]</box>", 1.0),
-    (ABS, "<box>[0, 0, 100, 50]</box> <box>[10, 10, 20, 20]</box>", pytest.approx(400 / 20000)),
-    (ABS, "<box>[-50, -50, 20, 20]</box>", pytest.approx(400 / 1600)),  # clamped to the image
-    (ABS, "<box>[20, 20, 10, 10]</box>", 1.0),  # corners in any order
-    (ABS, "no box", 0.0),
-])
+@pytest.mark.parametrize(
+    "frame, cited, expected",
+    [
+        (ABS, "<box>[10, 10, 20, 20]</box>", 1.0),  # model pixels x2 = original [20, 20, 40, 40]
+        (REL, "<box>[100, 200, 200, 400]</box>", 1.0),  # 0-1000 grid of a 200x100 image
+        (None, "<box>[20, 20, 40, 40]</box>", 1.0),  # no frame: original pixels
+        (ABS, "<box>[20, 20, 40, 40]</box>", 0.0),  # read as original pixels it would be a hit: it is not
+        (ABS, "<box>[10, 10, 20, 20]</box> <box>[0, 0, 100, 50]</box>", 1.0),
+        (ABS, "<box>[0, 0, 100, 50]</box> <box>[10, 10, 20, 20]</box>", pytest.approx(400 / 20000)),
+        (ABS, "<box>[-50, -50, 20, 20]</box>", pytest.approx(400 / 1600)),  # clamped to the image
+        (ABS, "<box>[20, 20, 10, 10]</box>", 1.0),  # corners in any order
+        (ABS, "no box", 0.0),
+    ],
+)
 def test_grounding_first_box_in_original_pixels(frame, cited, expected):
     record = rec("lesion_localization", QUADRANTS, "A")
     assert verify(done(f"A mass {cited}.", "A"), record, frame)["grounding"] == expected
@@ -294,14 +435,24 @@ def test_grounding_is_none_without_gold_box_and_giou_rewards_near_misses():
     far = done("A mass <box>[150, 80, 160, 90]</box>.", "A")
     giou = RewardSettings(grounding_metric="giou")
     assert verify(near, LOCATION)["grounding"] == verify(far, LOCATION)["grounding"] == 0.0
-    assert verify(near, LOCATION, settings=giou)["grounding"] > verify(far, LOCATION, settings=giou)["grounding"] > 0
+    assert (
+        verify(near, LOCATION, settings=giou)["grounding"]
+        > verify(far, LOCATION, settings=giou)["grounding"]
+        > 0
+    )
 
 
-# ---- shaping options ----------------------------------------------------------------------------------------
+# ---- shaping options ---------------------------------------------------------------------------------------
+
 
 def test_gate_on_correct_gives_consistent_but_wrong_nothing_extra():
-    wrong = done(f"{MRI_BRAIN} {FINDING} These features are typical of a cyst, so the answer is B (cyst).", "B")
-    plain, gated = verify(wrong, PATHOLOGY), verify(wrong, PATHOLOGY, settings=RewardSettings(gate_on_correct=True))
+    wrong = done(
+        f"{MRI_BRAIN} {FINDING} These features are typical of a cyst, so the answer is B (cyst).", "B"
+    )
+    plain, gated = (
+        verify(wrong, PATHOLOGY),
+        verify(wrong, PATHOLOGY, settings=RewardSettings(gate_on_correct=True)),
+    )
     assert plain["consistency"] == 1.0 and plain["evidence"] > 0
     assert gated["consistency"] == 0.0 and gated["evidence"] == 0.0
     assert gated["evidence/no_contradiction"] == plain["evidence/no_contradiction"]  # criteria stay raw
@@ -327,13 +478,31 @@ def test_settings_are_validated():
         build_reward_funcs(["format", "fmt"])
 
 
-# ---- TRL reward functions -----------------------------------------------------------------------------------
+# ---- TRL reward functions ----------------------------------------------------------------------------------
+
 
 def columns_of(records, frames):
     import json
 
-    cols = {k: [] for k in ("id", "question", "options", "answer", "task", "modality", "anatomy", "evidence",
-                            "bbox", "cot", "source", "box_format", "image_size", "model_image_size")}
+    cols = {
+        k: []
+        for k in (
+            "id",
+            "question",
+            "options",
+            "answer",
+            "task",
+            "modality",
+            "anatomy",
+            "evidence",
+            "bbox",
+            "cot",
+            "source",
+            "box_format",
+            "image_size",
+            "model_image_size",
+        )
+    }
     for r, f in zip(records, frames, strict=True):
         cols["id"].append(r.id)
         cols["question"].append(r.question)
@@ -360,9 +529,18 @@ def test_reward_functions_match_verify_and_log_the_five_criteria():
     logged = {}
     funcs = build_reward_funcs(["format", "accuracy", "consistency", "evidence", "grounding"])
     assert [f.__name__ for f in funcs] == ["format", "accuracy", "consistency", "evidence", "grounding"]
-    out = {f.__name__: f(prompts=[[]] * len(records), completions=completions, completion_ids=[[1]] * len(records),
-                         trainer_state=None, log_extra=lambda *a: None,
-                         log_metric=lambda k, v: logged.__setitem__(k, v), **cols) for f in funcs}
+    out = {
+        f.__name__: f(
+            prompts=[[]] * len(records),
+            completions=completions,
+            completion_ids=[[1]] * len(records),
+            trainer_state=None,
+            log_extra=lambda *a: None,
+            log_metric=lambda k, v: logged.__setitem__(k, v),
+            **cols,
+        )
+        for f in funcs
+    }
     expected = [verify(c, r, f) for c, r, f in zip(completions, records, frames, strict=True)]
     for name, values in out.items():
         assert values == [e[name] for e in expected], name
@@ -375,10 +553,17 @@ def test_records_from_columns_round_trip_and_bad_columns_never_raise():
     records = [r for r, _ in HONEST.values()]
     rows = records_from_columns(columns_of(records, [REL] * len(records)))
     assert [(r.id, r.options, r.answer, r.evidence, r.bbox) for r, _ in rows] == [
-        (r.id, r.options, r.answer, r.evidence, r.bbox) for r in records]
+        (r.id, r.options, r.answer, r.evidence, r.bbox) for r in records
+    ]
     assert all(f == REL for _, f in rows)
-    bad = {"id": [1, None], "options": ["A", [None]], "evidence": ["{not json", 3], "bbox": ["[[1, 2]]", "x"],
-           "image_size": [[0, 0], "big"], "box_format": ["abs", None]}
+    bad = {
+        "id": [1, None],
+        "options": ["A", [None]],
+        "evidence": ["{not json", 3],
+        "bbox": ["[[1, 2]]", "x"],
+        "image_size": [[0, 0], "big"],
+        "box_format": ["abs", None],
+    }
     rows = records_from_columns(bad)
     assert len(rows) == 2 and all(f is None for _, f in rows) and rows[0][0].evidence is None
     values = REWARDS["evidence"](prompts=None, completions=["<think>x</think><answer>A</answer>"] * 3, **bad)
@@ -389,3 +574,33 @@ def test_parse_completion_reads_think_answer_and_boxes():
     p = parse_completion(done("See <box>[1, 2.5, 3, 4]</box> and <box>[1, inf, 3, 4]</box>.", " C "))
     assert p.think.startswith("See") and p.answer == "C" and p.boxes == ((1.0, 2.5, 3.0, 4.0),)
     assert p.n_bad_boxes == 1 and not p.strict
+
+
+def test_observations_pointing_to_another_option_lose_support_and_count_as_a_contradiction():
+    coherent_but_wrong = done(f"{MRI_BRAIN} {FINDING} So the answer is B (right upper quadrant).", "B")
+    s = verify(coherent_but_wrong, LOCATION)
+    assert s["consistency"] == 1.0  # the conclusion matches the answer ...
+    assert (
+        s["evidence/answer_support"] == 0.0
+    )  # ... but the finding it rests on is in the left upper quadrant
+    assert s["evidence/no_contradiction"] == 0.5
+
+
+def test_left_and_right_together_commit_to_both_sides():
+    record = rec(
+        "anomaly_detection",
+        DETECTION,
+        "D",
+        question="Is there an abnormality, and on which side?",
+        evidence={**LESION, "laterality": "bilateral", "location": "left upper and right lower quadrant"},
+    )
+    think = (
+        f"{MRI_BRAIN} There are two masses, one in the left upper quadrant and one in the right lower "
+        "quadrant. There are therefore abnormalities on both sides, so the answer is D."
+    )
+    s = verify(done(think, "D"), record)
+    assert s["consistency"] == s["evidence/answer_support"] == s["evidence/no_contradiction"] == 1.0
+    assert (
+        verify(done(think.replace("so the answer is D", "so the answer is B"), "B"), record)["consistency"]
+        == 0.0
+    )

@@ -1,5 +1,5 @@
-"""Gaming resistance: on MedAD-Synth records of every task family, the honest gold completion scores at least as
-high in total as every known shortcut, under the default settings and with both shaping options on."""
+"""Gaming resistance: on MedAD-Synth records of every task family, the honest gold completion scores at least
+as high in total as every known shortcut, under the default settings and with both shaping options on."""
 
 import re
 
@@ -31,7 +31,9 @@ def shortcuts(record, frame):
     other = next(x for x in letters if x != answer)
     whole = f"<box>[0, 0, {frame.model_width}, {frame.model_height}]</box>"
     listing = " ".join(f"({x}) {o}." for x, o in zip(letters, record.options, strict=True))
-    many = " ".join(f"<box>[{x}, {y}, {x + 16}, {y + 16}]</box>" for x in range(0, 96, 16) for y in range(0, 96, 16))
+    many = " ".join(
+        f"<box>[{x}, {y}, {x + 16}, {y + 16}]</box>" for x in range(0, 96, 16) for y in range(0, 96, 16)
+    )
     gold_box = BOX_RE.search(think)
     no_box = BOX_RE.sub("", think)
     return {
@@ -41,14 +43,14 @@ def shortcuts(record, frame):
         "lists every option": f"<think>It could be {listing}</think>\n<answer>{answer}</answer>",
         "copies the question": f"<think>{record.question}</think>\n<answer>{answer}</answer>",
         "concludes another option": f"<think>{think} Therefore the answer is {other} "
-                                    f"({record.options[letters.index(other)]}).</think>\n<answer>{answer}</answer>",
+        f"({record.options[letters.index(other)]}).</think>\n<answer>{answer}</answer>",
         "several answer blocks": f"<think>{think}</think>\n<answer>{answer}</answer><answer>{other}</answer>",
-        "repeated answer blocks": f"<think>{think}</think>\n<answer>{answer}</answer><answer>{answer}</answer>",
+        "repeated answer blocks": f"<think>{think}</think>\n" + f"<answer>{answer}</answer>" * 2,
         "all letters": f"<think>{think}</think>\n<answer>{letters}</answer>",
         "whole-image box": f"<think>{BOX_RE.sub(whole, think) if gold_box else think + ' ' + whole}</think>\n"
-                           f"<answer>{answer}</answer>",
+        f"<answer>{answer}</answer>",
         "many boxes": f"<think>{no_box} {many} {gold_box.group(0) if gold_box else ''}</think>\n"
-                      f"<answer>{answer}</answer>",
+        f"<answer>{answer}</answer>",
         "gold reasoning x10": f"<think>{' '.join([think] * 10)}</think>\n<answer>{answer}</answer>",
         "upper-case tags": f"<THINK>{think}</THINK>\n<ANSWER>{answer}</ANSWER>",
         "mixed-case tags": f"<Think>{think}</Think>\n<Answer>{answer}</Answer>",
@@ -65,8 +67,13 @@ SETTINGS = {
 @pytest.fixture(scope="module")
 def records(synth_dir):
     records = load_records(synth_dir, split="train")
-    assert {r.task for r in records} >= {"anatomy_identification", "modality_classification", "anomaly_detection",
-                                          "pathology_characterization", "lesion_localization"}
+    assert {r.task for r in records} >= {
+        "anatomy_identification",
+        "modality_classification",
+        "anomaly_detection",
+        "pathology_characterization",
+        "lesion_localization",
+    }
     return records
 
 

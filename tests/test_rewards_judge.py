@@ -13,26 +13,48 @@ from medgrpo.rewards import JudgeSettings, RewardSettings, build_reward_funcs, v
 from medgrpo.rewards.judge import JudgeClient, parse_judgement, rubric_messages
 from medgrpo.rewards.settings import CRITERIA, RewardSettingsError
 
-RECORD = MedADRecord("r1", ["images/secret_patient_scan.png"], "Where is the lesion?",
-                     ["left upper quadrant", "right upper quadrant"], "A", "lesion_localization", "MRI", "brain",
-                     {"abnormal": True, "laterality": "left", "finding": "mass"}, [[10.0, 10.0, 20.0, 20.0]])
-GOOD = '{"visual_grounding": 0.5, "question_relevance": 1, "answer_support": 0.25, "no_hallucination": 1, ' \
-       '"no_contradiction": 0}'
-COMPLETION = "<think>A mass in the left upper quadrant <box>[10, 10, 20, 20]</box>.</think>\n<answer>A</answer>"
+RECORD = MedADRecord(
+    "r1",
+    ["images/secret_patient_scan.png"],
+    "Where is the lesion?",
+    ["left upper quadrant", "right upper quadrant"],
+    "A",
+    "lesion_localization",
+    "MRI",
+    "brain",
+    {"abnormal": True, "laterality": "left", "finding": "mass"},
+    [[10.0, 10.0, 20.0, 20.0]],
+)
+GOOD = (
+    '{"visual_grounding": 0.5, "question_relevance": 1, "answer_support": 0.25, "no_hallucination": 1, '
+    '"no_contradiction": 0}'
+)
+COMPLETION = (
+    "<think>A mass in the left upper quadrant <box>[10, 10, 20, 20]</box>.</think>\n<answer>A</answer>"
+)
 
 
-@pytest.mark.parametrize("reply, expected", [
-    (GOOD, (0.5, 1.0, 0.25, 1.0, 0.0)),
-    ("Sure! ```json\n" + GOOD + "\n``` hope this helps", (0.5, 1.0, 0.25, 1.0, 0.0)),
-    ('{"Visual Grounding": "0.5", "question-relevance": true, "answer_support": "high", "no_hallucination": 7}',
-     (0.5, 1.0, None, None, None)),
-    ("visual_grounding: 0.9\nquestion_relevance = 1\nno_contradiction: false", (0.9, 1.0, None, None, 0.0)),
-    ('{"visual_grounding": NaN, "question_relevance": -1}', (None,) * 5),
-    ("{{{{", (None,) * 5),
-    ("", (None,) * 5),
-    (None, (None,) * 5),
-    ('[1, 2]{"answer_support": 1}', (None, None, 1.0, None, None)),
-])
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        (GOOD, (0.5, 1.0, 0.25, 1.0, 0.0)),
+        ("Sure! ```json\n" + GOOD + "\n``` hope this helps", (0.5, 1.0, 0.25, 1.0, 0.0)),
+        (
+            '{"Visual Grounding": "0.5", "question-relevance": true, "answer_support": "high", '
+            '"no_hallucination": 7}',
+            (0.5, 1.0, None, None, None),
+        ),
+        (
+            "visual_grounding: 0.9\nquestion_relevance = 1\nno_contradiction: false",
+            (0.9, 1.0, None, None, 0.0),
+        ),
+        ('{"visual_grounding": NaN, "question_relevance": -1}', (None,) * 5),
+        ("{{{{", (None,) * 5),
+        ("", (None,) * 5),
+        (None, (None,) * 5),
+        ('[1, 2]{"answer_support": 1}', (None, None, 1.0, None, None)),
+    ],
+)
 def test_parse_judgement_is_lenient_and_never_raises(reply, expected):
     assert tuple(parse_judgement(reply)[c] for c in CRITERIA) == expected
 
@@ -65,26 +87,24 @@ class Judge(BaseHTTPRequestHandler):
             cls.in_flight += 1
             cls.max_in_flight = max(cls.max_in_flight, cls.in_flight)
             step = cls.script.pop(0) if cls.script else ("ok", GOOD)
-        try:
-            kind, value = step
-            if kind == "sleep":
-                time.sleep(value)
-                kind, value = "ok", GOOD
-            if kind == "status":
-                self.send_response(value)
-                if value == 302:
-                    self.send_header("Location", "http://example.invalid/v1/chat/completions")
-                self.end_headers()
-                return
-            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": value}}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
+        kind, value = step
+        if kind == "sleep":
+            time.sleep(value)
+            kind, value = "ok", GOOD
+        with cls.lock:  # the request is answered: the client may send its next one as soon as it reads this
+            cls.in_flight -= 1
+        if kind == "status":
+            self.send_response(value)
+            if value == 302:
+                self.send_header("Location", "http://example.invalid/v1/chat/completions")
             self.end_headers()
-            self.wfile.write(payload)
-        finally:
-            with cls.lock:
-                cls.in_flight -= 1
+            return
+        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": value}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
 
 @pytest.fixture
@@ -99,8 +119,9 @@ def server():
 
 
 def settings_for(url, **kw):
-    return JudgeSettings(**{"transport": "http", "base_url": url, "model": "judge", "backoff_s": 0.01,
-                            "timeout_s": 2.0, **kw})
+    return JudgeSettings(
+        **{"transport": "http", "base_url": url, "model": "judge", "backoff_s": 0.01, "timeout_s": 2.0, **kw}
+    )
 
 
 def test_http_judge_scores_caches_and_sends_only_text(server, monkeypatch):
@@ -162,14 +183,23 @@ def test_evidence_reward_with_judge_backend_logs_criteria(server):
     settings = RewardSettings(evidence_backend="judge", judge=settings_for(server))
     logged = {}
     (evidence,) = build_reward_funcs(["evidence"], settings)
-    out = evidence(prompts=None, completions=[COMPLETION, "junk"], id=["r1", "r1"], question=[RECORD.question] * 2,
-                   options=[RECORD.options] * 2, answer=["A", "A"], task=[RECORD.task] * 2,
-                   log_metric=lambda k, v: logged.__setitem__(k, v))
+    out = evidence(
+        prompts=None,
+        completions=[COMPLETION, "junk"],
+        id=["r1", "r1"],
+        question=[RECORD.question] * 2,
+        options=[RECORD.options] * 2,
+        answer=["A", "A"],
+        task=[RECORD.task] * 2,
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
     weighted = (0.5 + 1.0 + 0.25 + 1.0 + 0.0) / 5
     assert out == pytest.approx([weighted, weighted])
     assert logged["evidence/answer_support"] == 0.25 and logged["evidence/judge_unscored"] == 0.0
     assert verify(COMPLETION, RECORD, settings=settings)["evidence/visual_grounding"] == 0.5
-    assert [s["evidence"] for s in verify_batch([COMPLETION], [RECORD], settings=settings)] == pytest.approx([weighted])
+    assert [s["evidence"] for s in verify_batch([COMPLETION], [RECORD], settings=settings)] == pytest.approx(
+        [weighted]
+    )
 
 
 def test_judge_settings_are_validated():
@@ -182,8 +212,11 @@ def test_judge_settings_are_validated():
 
 
 def test_local_judge_runs_a_tiny_model_in_batches(tiny_model_dirs):
-    client = JudgeClient(JudgeSettings(transport="local", model=str(tiny_model_dirs["qwen2_5_vl"]),
-                                       max_new_tokens=8, batch_size=2))
+    client = JudgeClient(
+        JudgeSettings(
+            transport="local", model=str(tiny_model_dirs["qwen2_5_vl"]), max_new_tokens=8, batch_size=2
+        )
+    )
     items = [(f"<think>reasoning {i}</think><answer>A</answer>", RECORD) for i in range(3)]
     results = client.score(items)
     assert len(results) == 3 and all(set(r) == set(CRITERIA) for r in results)

@@ -1,8 +1,8 @@
 """Verifiers and Con-GRPO rewards: format, accuracy, reasoning-answer consistency, evidence-aware consistency
 (MedAD-R1's five criteria) and box grounding.
 
-:func:`verify` is the pure function evaluation uses; :data:`REWARDS` / :func:`build_reward_funcs` wrap it as TRL
-reward functions.
+:func:`verify` is the pure function evaluation uses; :data:`REWARDS` / :func:`build_reward_funcs` wrap it as
+TRL reward functions.
 """
 
 from medgrpo.rewards.columns import records_from_columns

@@ -19,7 +19,7 @@ def normalize_answer(text: str) -> list[str]:
 
 
 def token_f1(prediction: str, gold: str) -> float:
-    """Token-level F1 between two free-text answers after :func:`normalize_answer` (SQuAD, Rajpurkar et al.)."""
+    """Token-level F1 of two free-text answers after :func:`normalize_answer` (SQuAD, Rajpurkar et al.)."""
     pred, ref = normalize_answer(prediction), normalize_answer(gold)
     if not pred or not ref:
         return float(pred == ref)

@@ -2,8 +2,9 @@
 
 The dataset builders (:func:`medgrpo.data.to_grpo_dataset`) flatten each record into Arrow-friendly columns:
 strings are ``""`` rather than None, ``evidence`` and ``bbox`` are JSON strings, the box frame is
-``box_format`` + ``image_size`` + ``model_image_size``. This module undoes that, once per distinct row (cached:
-TRL calls every reward function with the same columns), and never raises: a malformed value reads as absent.
+``box_format`` + ``image_size`` + ``model_image_size``. This module undoes that, once per distinct row
+(cached: TRL calls every reward function with the same columns), and never raises: a malformed value reads as
+absent.
 """
 
 from __future__ import annotations
@@ -17,8 +18,22 @@ from medgrpo.data.boxes import BoxFrame
 from medgrpo.data.record import MedADRecord
 from medgrpo.rewards.facts import RecordFacts, facts_of
 
-_FIELDS = ("id", "question", "options", "answer", "task", "modality", "anatomy", "evidence", "bbox", "cot",
-           "source", "box_format", "image_size", "model_image_size")
+_FIELDS = (
+    "id",
+    "question",
+    "options",
+    "answer",
+    "task",
+    "modality",
+    "anatomy",
+    "evidence",
+    "bbox",
+    "cot",
+    "source",
+    "box_format",
+    "image_size",
+    "model_image_size",
+)
 
 
 def _str(value: Any) -> str:
@@ -104,8 +119,10 @@ def _freeze(value: Any) -> Any:
     return repr(value)  # anything else cannot be a valid field: keep the key hashable
 
 
-def rows_from_columns(columns: dict[str, Any], n: int) -> list[tuple[MedADRecord, BoxFrame | None, RecordFacts]]:
-    """``n`` rows of (record, frame, facts) from TRL's reward kwargs; missing or short columns read as empty."""
+def rows_from_columns(
+    columns: dict[str, Any], n: int
+) -> list[tuple[MedADRecord, BoxFrame | None, RecordFacts]]:
+    """``n`` rows of (record, frame, facts) from TRL's reward kwargs; missing columns read as empty."""
     cols = [columns.get(name) for name in _FIELDS]
     cols = [c if isinstance(c, list | tuple) else () for c in cols]
     rows = []

@@ -4,19 +4,19 @@ MedAD-R1 reports reasoning-answer consistency next to accuracy; CAPO/MCR find th
 consistency works better than judging whether the reasoning is correct. The conclusion is read from the
 reasoning itself, never from the answer block:
 
-1. Commitments per sentence (:func:`committed`): option letters in explicit form ("the answer is C",
-   "option C", "(C)"), an option's text (through the lexicon, so "hyperdense nodule" names the option
-   "Bright mass"; the most specific option wins when one option's text contains another's), or, for options
-   that stand for a polarity ("Normal", "No lesion", "Yes" to "is there a lesion?"), the polarity the sentence
-   states. Denied mentions ("not C", "rather than a cyst") commit to nothing.
+1. Commitments per sentence (:func:`committed`): option letters in explicit form ("the answer is C", "option
+   C", "(C)"), an option's text (through the lexicon, so "hyperdense nodule" names the option "Bright mass";
+   the most specific option wins when one option's text contains another's), or, for options that stand for a
+   polarity ("Normal", "No lesion", "Yes" to "is there a lesion?"), the polarity the sentence states. Denied
+   mentions ("not C", "rather than a cyst") commit to nothing.
 2. The conclusion is the last sentence with a conclusion cue ("therefore", "consistent with", "the answer")
    that commits to something; failing that, the last sentence that commits to something.
 
 Scores: the conclusion commits to the answer alone: 1.0; to the answer and k-1 other options (hedging): 1/k;
-not to the answer: 0.0 (contradiction); the reasoning states both polarities, or only the polarity opposite to
-the answer's: 0.0; no conclusion at all: :data:`NO_CONCLUSION`; no reasoning, or no valid answer: 0.0.
-Open-ended records: the free-text answer (or its lexicon concepts, or its yes/no polarity) must be asserted
-by the reasoning; denied: 0.0.
+not to the answer, or by letter to one option and by text to another: 0.0 (contradiction); the reasoning
+states both polarities, or only the polarity opposite to the answer's: 0.0; no conclusion at all:
+:data:`NO_CONCLUSION`; no reasoning, or no valid answer: 0.0. Open-ended records: the free-text answer (or its
+lexicon concepts, or its yes/no polarity) must be asserted by the reasoning; denied: 0.0.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import NamedTuple
 from medgrpo.rewards.accuracy import normalize_answer
 from medgrpo.rewards.claims import Reading, Sentence, read
 from medgrpo.rewards.facts import RecordFacts, option_polarity
+from medgrpo.rewards.lexicon import IMPLIED
 
 NO_CONCLUSION = 0.25
 """Score of a reasoning that reaches no conclusion: low, but above an outright contradiction."""
@@ -70,7 +71,8 @@ def committed(sentence: Sentence, facts: RecordFacts, letters: bool = True) -> f
     * any other option: its text, word for word; or, when no other option has the same lexicon concepts
       (the lexicon reads "nodule" and "mass" alike, so those two need their own words), its concepts.
 
-    When one matched option's concepts are a strict subset of another's, the more specific option wins.
+    When one matched option's concepts are a strict subset of another's, the more specific option wins; an
+    option naming a part ("left side") loses to one naming the whole ("both sides", see ``IMPLIED``).
     Cached: sentences recur across the completions of one prompt.
     """
     hits = set(sentence.letters & set(facts.letters)) - sentence.denied_letters if letters else set()
@@ -78,8 +80,11 @@ def committed(sentence: Sentence, facts: RecordFacts, letters: bool = True) -> f
     for i, concepts in enumerate(facts.option_concepts):
         polarity = facts.option_polarity[i]
         if polarity is not None:
-            if (polarity in sentence.polarity and _OPPOSITE[polarity] not in sentence.polarity
-                    and concepts - _POLAR <= sentence.asserted):
+            if (
+                polarity in sentence.polarity
+                and _OPPOSITE[polarity] not in sentence.polarity
+                and concepts - _POLAR <= sentence.asserted
+            ):
                 by_text.append(i)
         elif concepts and concepts <= sentence.denied and not concepts <= sentence.asserted:
             continue
@@ -89,20 +94,35 @@ def committed(sentence: Sentence, facts: RecordFacts, letters: bool = True) -> f
             by_text.append(i)
     for i in by_text:
         concepts = facts.option_concepts[i]
-        if not any(j != i and concepts and concepts < facts.option_concepts[j] for j in by_text):
+        if not any(
+            j != i
+            and concepts
+            and (concepts < facts.option_concepts[j] or _part_of(concepts, facts.option_concepts[j]))
+            for j in by_text
+        ):
             hits.add(facts.letters[i])
     return frozenset(hits)
 
 
-def conclusion(reading: Reading, facts: RecordFacts) -> frozenset[str]:
-    """The options the reasoning's concluding sentence commits to (empty when it concludes nothing)."""
-    fallback: frozenset[str] = frozenset()
-    for sentence in reversed(reading.sentences):
+def _part_of(concepts: frozenset[str], other: frozenset[str]) -> bool:
+    """``concepts`` names a part ("left") of what ``other`` names whole ("bilateral"): the whole wins."""
+    return any(
+        whole in other and whole not in concepts and concepts & parts for whole, parts in IMPLIED.items()
+    )
+
+
+def conclusion(reading: Reading, facts: RecordFacts) -> tuple[frozenset[str], int]:
+    """The options the reasoning's concluding sentence commits to, and that sentence's index (empty and the
+    number of sentences when it concludes nothing)."""
+    fallback: tuple[frozenset[str], int] = (frozenset(), len(reading.sentences))
+    for index in range(len(reading.sentences) - 1, -1, -1):
+        sentence = reading.sentences[index]
         hits = committed(sentence, facts)
         if hits:
             if sentence.cue:
-                return hits
-            fallback = fallback or hits
+                return hits, index
+            if not fallback[0]:
+                fallback = (hits, index)
     return fallback
 
 
@@ -125,7 +145,9 @@ def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
     return Verdict(NO_CONCLUSION, "none")
 
 
-def consistency_verdict(reading: Reading | None, facts: RecordFacts, answer: str | None, choice: str | None) -> Verdict:
+def consistency_verdict(
+    reading: Reading | None, facts: RecordFacts, answer: str | None, choice: str | None
+) -> Verdict:
     """Score reasoning-answer consistency (see the module docstring for the exact rules).
 
     Args:
@@ -145,7 +167,13 @@ def consistency_verdict(reading: Reading | None, facts: RecordFacts, answer: str
         return Verdict(0.0, "contradict")
     if polarity is not None and len(reading.polarity) == 2:
         return Verdict(0.0, "contradict")
-    hits = conclusion(reading, facts)
+    hits, index = conclusion(reading, facts)
+    if hits:
+        sentence = reading.sentences[index]
+        by_letter = (sentence.letters & set(facts.letters)) - sentence.denied_letters
+        by_text = committed(sentence, facts, letters=False)
+        if by_letter and by_text and not by_letter & by_text:  # "both sides, so the answer is B"
+            return Verdict(0.0, "contradict")
     if not hits:
         if polarity is not None and reading.polarity == {polarity}:
             return Verdict(1.0, "agree")

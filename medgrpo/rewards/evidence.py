@@ -19,30 +19,32 @@ record's structured ``evidence``, ``modality``, ``anatomy`` and ``bbox``. Every 
     letter, text or polarity; or, open-ended, states the answer). Multiplied by min(1, novelty / 0.5), where
     novelty is the share of the reasoning that is not a verbatim copy of the question.
 ``answer_support``
-    0.0 without a valid answer, or when the reasoning denies the chosen answer. Otherwise 0.5 when the
-    reasoning asserts the chosen option's content (its text or concepts, or its polarity; a bare letter does
-    not count) plus 0.5 when some sentence other than the concluding one states an observation (a visual
-    concept or a cited box): the answer must rest on something seen.
+    0.0 without a valid answer, when the reasoning denies the chosen answer or its conclusion contradicts it,
+    or when the sentences before the conclusion commit (by content) to options that do not include the chosen
+    one: the observations point elsewhere. Otherwise 0.5 when the reasoning asserts the chosen option's
+    content (its text or concepts, or its polarity; a bare letter does not count) plus 0.5 when a sentence
+    before the conclusion states an observation (a visual concept or a cited box): the answer must rest on
+    something seen.
 ``no_hallucination``
     1 - wrong / checked over the claims the record can check: each modality and anatomy named (wrong when
     incompatible with the record's), each finding asserted (wrong on a normal image, or when incompatible with
     the record's finding), the stated polarity (wrong when opposite to the record's), each laterality /
-    location / appearance / size descriptor of the finding (wrong when it conflicts with the record's, e.g. the
-    wrong side), and each cited box (wrong on a normal image, or when its IoU with every gold box is below
+    location / appearance / size descriptor of the finding (wrong when it conflicts with the record's, e.g.
+    the wrong side), and each cited box (wrong on a normal image, or when its IoU with every gold box is below
     :data:`BOX_HIT_IOU`). 1.0 when nothing checkable is claimed.
 ``no_contradiction``
-    0.0 when the reasoning's conclusion contradicts the answer (:mod:`medgrpo.rewards.consistency`). Else
-    1 - 0.5 per internal conflict (floored at 0): both polarities stated; two incompatible modalities; opposite
-    descriptors of the finding (left and right, bright and dark...; not when the record itself describes its
-    lesion with both, like an abscess's bright rim and dark centre); a finding or modality both asserted and
-    denied.
+    0.0 when the reasoning's conclusion contradicts the answer (:mod:`medgrpo.rewards.consistency`). Else 1 -
+    0.5 per internal conflict (floored at 0): the sentences before the conclusion commit to other options than
+    the conclusion does; both polarities stated; two incompatible modalities; opposite descriptors of the
+    finding (left and right, bright and dark...; not when the record itself describes its lesion with both,
+    like an abscess's bright rim and dark centre); a finding or modality both asserted and denied.
 """
 
 from __future__ import annotations
 
 from medgrpo.data.boxes import BoxFrame
 from medgrpo.rewards.claims import Reading, read
-from medgrpo.rewards.consistency import Verdict, committed
+from medgrpo.rewards.consistency import Verdict, committed, conclusion
 from medgrpo.rewards.facts import RecordFacts
 from medgrpo.rewards.grounding import box_iou, match_score, to_original
 from medgrpo.rewards.lexicon import CATEGORY, OPPOSITES, agree, conflict
@@ -52,8 +54,9 @@ from medgrpo.rewards.settings import CRITERIA
 BOX_HIT_IOU = 0.1
 """A cited box with IoU below this against every gold box claims a region that holds no lesion."""
 
-_VISUAL = frozenset({"modality", "anatomy", "finding", "generic", "normal", "laterality", "location",
-                     "appearance", "size"})
+_VISUAL = frozenset(
+    {"modality", "anatomy", "finding", "generic", "normal", "laterality", "location", "appearance", "size"}
+)
 _TASK_ASPECT = {
     "modality_classification": ("modality",),
     "anatomy_identification": ("anatomy",),
@@ -78,9 +81,13 @@ def _finding_descriptors(reading: Reading) -> set[str]:
 def visual_grounding(reading: Reading, facts: RecordFacts, first_box: float | None) -> float:
     items: list[float] = []
     if facts.modality:
-        items.append(float(any(agree(c, m) for c in _cats(reading.asserted, "modality") for m in facts.modality)))
+        items.append(
+            float(any(agree(c, m) for c in _cats(reading.asserted, "modality") for m in facts.modality))
+        )
     if facts.anatomy:
-        items.append(float(any(agree(c, a) for c in _cats(reading.asserted, "anatomy") for a in facts.anatomy)))
+        items.append(
+            float(any(agree(c, a) for c in _cats(reading.asserted, "anatomy") for a in facts.anatomy))
+        )
     if facts.abnormal is True:
         where = facts.laterality | facts.location
         if where:
@@ -113,27 +120,45 @@ def question_relevance(reading: Reading, facts: RecordFacts, engaged: bool) -> f
     return score
 
 
-def answer_support(reading: Reading, facts: RecordFacts, choice: str | None, answer: str | None,
-                   verdict: Verdict) -> float:
+def _body_hits(reading: Reading, facts: RecordFacts) -> tuple[frozenset[str], frozenset[str], int]:
+    """(options the sentences before the conclusion commit to by content, the conclusion's options, its
+    index).
+    """
+    if not facts.is_mcq:
+        return frozenset(), frozenset(), len(reading.sentences)
+    hits, index = conclusion(reading, facts)
+    body = frozenset().union(*(committed(s, facts, letters=False) for s in reading.sentences[:index]))
+    return body, hits, index
+
+
+def answer_support(
+    reading: Reading, facts: RecordFacts, choice: str | None, answer: str | None, verdict: Verdict
+) -> float:
+    body, _, index = _body_hits(reading, facts)
     if facts.is_mcq:
-        if choice is None:
+        if choice is None or verdict.kind == "contradict":
             return 0.0
         i = facts.letters.index(choice)
         concepts = facts.option_concepts[i]
-        if facts.option_polarity[i] is None and concepts and concepts <= reading.denied \
-                and not concepts <= reading.asserted:
+        if (
+            facts.option_polarity[i] is None
+            and concepts
+            and concepts <= reading.denied
+            and not concepts <= reading.asserted
+        ):
             return 0.0
-        content = any(choice in committed(s, facts, letters=False) for s in reading.sentences)
+        if body and choice not in body:  # the observations point to another option
+            return 0.0
+        content = choice in body or any(
+            choice in committed(s, facts, letters=False) for s in reading.sentences[index:]
+        )
     else:
         if not answer or verdict.kind == "contradict":
             return 0.0
         content = verdict.kind == "agree"
-    if verdict.kind == "contradict":
-        return 0.0
-    last = len(reading.sentences) - 1
     observed = any(
-        i != last and (s.boxes or any(CATEGORY[c] in _VISUAL for c in s.asserted))
-        for i, s in enumerate(reading.sentences)
+        s.boxes or any(CATEGORY[c] in _VISUAL for c in s.asserted)
+        for s in reading.sentences[: min(index, len(reading.sentences) - 1)]
     )
     return 0.5 * content + 0.5 * observed
 
@@ -172,13 +197,18 @@ def no_hallucination(reading: Reading, facts: RecordFacts, boxes: list[tuple[flo
 def no_contradiction(reading: Reading, facts: RecordFacts, verdict: Verdict) -> float:
     if verdict.kind == "contradict":
         return 0.0
-    conflicts = int(len(reading.polarity) == 2)
+    body, hits, _ = _body_hits(reading, facts)
+    conflicts = int(len(reading.polarity) == 2) + int(bool(body and hits) and not body & hits)
     known = facts.descriptors()  # a record may describe one lesion as both (a bright rim, a dark centre)
     modalities = _cats(reading.asserted, "modality")
     conflicts += any(conflict(a, b) for i, a in enumerate(modalities) for b in modalities[i + 1 :])
     descriptors = sorted(_finding_descriptors(reading))
-    conflicts += sum(1 for i, a in enumerate(descriptors) for b in descriptors[i + 1 :]
-                     if b in OPPOSITES.get(a, ()) and not (a in known and b in known))
+    conflicts += sum(
+        1
+        for i, a in enumerate(descriptors)
+        for b in descriptors[i + 1 :]
+        if b in OPPOSITES.get(a, ()) and not (a in known and b in known)
+    )
     conflicts += len(set(_cats(reading.asserted & reading.denied, "modality", "finding")))
     return max(0.0, 1.0 - 0.5 * conflicts)
 

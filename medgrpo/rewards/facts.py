@@ -67,9 +67,13 @@ def _concepts(value: Any, categories: tuple[str, ...]) -> frozenset[str]:
 
 
 def _question_yes_polarity(question: str) -> str | None:
-    """What "yes" means for a yes/no question: "abnormal" for "is there a lesion?", "normal" for "is it normal?"."""
+    """What "yes" means for a yes/no question: "abnormal" for "is there a lesion?", "normal" for "is it
+    normal?".
+    """
     reading = read(question)
-    if reading.asserted & {"normal"} and not any(CATEGORY[c] in ("finding", "generic") for c in reading.asserted):
+    if reading.asserted & {"normal"} and not any(
+        CATEGORY[c] in ("finding", "generic") for c in reading.asserted
+    ):
         return "normal"
     if any(CATEGORY[c] in ("finding", "generic") for c in reading.asserted):
         return "abnormal"
@@ -77,7 +81,9 @@ def _question_yes_polarity(question: str) -> str | None:
 
 
 def option_polarity(option: str, question: str) -> str | None:
-    """The polarity an option text stands for ("Normal", "No lesion", "Tumour present", "Yes" to "is there..")."""
+    """The polarity an option text stands for ("Normal", "No lesion", "Tumour present", "Yes" to "is
+    there..").
+    """
     words = _WORD_RE.findall(option.lower())
     if len(words) == 1 and words[0] in _YES | _NO:
         yes = _question_yes_polarity(question)
@@ -119,7 +125,9 @@ _KEY_FIELDS = ("id", "question", "options", "answer", "task", "modality", "anato
 def _facts(key: str) -> RecordFacts:
     row = json.loads(key)
     ev = row["evidence"] if isinstance(row["evidence"], dict) else {}
-    options = tuple(o for o in row["options"] if isinstance(o, str)) if isinstance(row["options"], list) else ()
+    options = (
+        tuple(o for o in row["options"] if isinstance(o, str)) if isinstance(row["options"], list) else ()
+    )
     question = row["question"] if isinstance(row["question"], str) else ""
     answer = row["answer"] if isinstance(row["answer"], str) else ""
     abnormal = ev.get("abnormal")
@@ -147,5 +155,5 @@ def _facts(key: str) -> RecordFacts:
 
 
 def facts_of(record: MedADRecord) -> RecordFacts:
-    """The cached :class:`RecordFacts` of a record (keyed by its content, so equal records share one entry)."""
+    """The cached :class:`RecordFacts` of a record (keyed by content: equal records share one entry)."""
     return _facts(json.dumps({name: getattr(record, name, None) for name in _KEY_FIELDS}, default=str))

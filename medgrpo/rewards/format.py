@@ -12,12 +12,12 @@ MAX_OPEN_ANSWER_WORDS = 24
 def format_score(parsed: ParsedCompletion, facts: RecordFacts) -> float:
     """1.0 when the completion is exactly ``<think>reasoning</think><answer>X</answer>``, else 0.0.
 
-    Strict: one non-empty think block then one answer block, only whitespace outside them, grammar tags only in
-    their exact lower-case spelling, boxes only as well-formed finite ``<box>[x1, y1, x2, y2]</box>`` inside
-    the reasoning (see :class:`~medgrpo.rewards.parsing.ParsedCompletion`), and an answer that is one option
-    letter valid for this record (``A`` .. the ``len(options)``-th letter) or, for an open-ended record, a
-    short free text (at most :data:`MAX_OPEN_ANSWER_WORDS` words). All-or-nothing: partial credit for format
-    is known to be gamed by longer outputs.
+    Strict: one non-empty think block then one answer block, only whitespace outside them, grammar tags only
+    in their exact lower-case spelling, boxes only as well-formed finite ``<box>[x1, y1, x2, y2]</box>``
+    inside the reasoning (see :class:`~medgrpo.rewards.parsing.ParsedCompletion`), and an answer that is one
+    option letter valid for this record (``A`` .. the ``len(options)``-th letter) or, for an open-ended
+    record, a short free text (at most :data:`MAX_OPEN_ANSWER_WORDS` words). All-or-nothing: partial credit
+    for format is known to be gamed by longer outputs.
     """
     if not parsed.strict or parsed.answer is None:
         return 0.0

@@ -1,12 +1,13 @@
 """The ``grounding`` verifier: does the box the reasoning cites cover the gold lesion?
 
 Boxes are written in the model's convention (Qwen2.5-VL: pixels of the resized input; Qwen2-VL/Qwen3-VL: a
-0-1000 grid) and converted back to original pixels with :meth:`BoxFrame.to_original`, which also clamps them to
-the image, before they are compared with the record's boxes (as VLM-R1 rescales before its IoU reward).
+0-1000 grid) and converted back to original pixels with :meth:`BoxFrame.to_original`, which also clamps them
+to the image, before they are compared with the record's boxes (as VLM-R1 rescales before its IoU reward).
 
 Many-boxes policy: only the FIRST cited box is scored, against the best-matching gold box. Citing more boxes
 can therefore never raise the score (a scatter of boxes is worth exactly its first one), and the evidence
-verifier's ``no_hallucination`` criterion counts every extra box that misses the lesion against the completion.
+verifier's ``no_hallucination`` criterion counts every extra box that misses the lesion against the
+completion.
 """
 
 from __future__ import annotations

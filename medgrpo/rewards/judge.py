@@ -1,21 +1,21 @@
 """The ``judge`` evidence backend: a model scores MedAD-R1's five criteria from a rubric, as JSON.
 
-MedAD-R1 (arXiv 2602.01081) names the five criteria of its Evidence-Aware Consistency Reward but not how they are
-scored; this backend asks a judge model, given the question, the options, the chosen answer, the record's
+MedAD-R1 (arXiv 2602.01081) names the five criteria of its Evidence-Aware Consistency Reward but not how they
+are scored; this backend asks a judge model, given the question, the options, the chosen answer, the record's
 structured findings (text only) and the reasoning, for one number in [0, 1] per criterion.
 
 Two transports (:class:`~medgrpo.rewards.settings.JudgeSettings`):
 
-* ``http``: an OpenAI-compatible ``/chat/completions`` endpoint (e.g. ``vllm serve``), with a concurrency limit,
-  a per-request timeout and retries with exponential backoff on timeouts, connection errors, 429 and 5xx.
-  Requests go to the host of ``base_url`` only: proxies from the environment are ignored and redirects are not
-  followed. Only text is sent, never image bytes or paths.
+* ``http``: an OpenAI-compatible ``/chat/completions`` endpoint (e.g. ``vllm serve``), with a concurrency
+  limit, a per-request timeout and retries with exponential backoff on timeouts, connection errors, 429 and
+  5xx. Requests go to the host of ``base_url`` only: proxies from the environment are ignored and redirects
+  are not followed. Only text is sent, never image bytes or paths.
 * ``local``: a transformers model loaded once in this process, generating greedily in batches.
 
-Results are cached by (completion, record id, rubric version). Judge output is parsed leniently (the first JSON
-object anywhere in the text, keys in any case or spelling with spaces, numbers as strings, booleans; else
-``criterion: value`` pairs); a criterion that cannot be read scores None and is counted in :attr:`JudgeClient.stats`,
-a failed request scores None for all five. Nothing here raises on bad judge output.
+Results are cached by (completion, record id, rubric version). Judge output is parsed leniently (the first
+JSON object anywhere in the text, keys in any case or spelling with spaces, numbers as strings, booleans; else
+``criterion: value`` pairs); a criterion that cannot be read scores None and is counted in
+:attr:`JudgeClient.stats`, a failed request scores None for all five. Nothing here raises on bad judge output.
 """
 
 from __future__ import annotations
@@ -44,16 +44,17 @@ logger = logging.getLogger(__name__)
 RUBRIC_VERSION = "medad-r1-evidence-v1"
 """Part of every cache key: change it whenever the rubric text changes."""
 
-RUBRIC = """You grade the diagnostic reasoning of a medical imaging assistant. Score each criterion from 0 to 1:
-- visual_grounding: the reasoning describes what the image shows (modality, anatomy, the finding and where it is)
-  in agreement with the reference findings, and any cited box lies on the finding.
+RUBRIC = """You grade the diagnostic reasoning of a medical imaging assistant. Score each criterion from 0
+to 1:
+- visual_grounding: the reasoning describes what the image shows (modality, anatomy, the finding and where it
+  is) in agreement with the reference findings, and any cited box lies on the finding.
 - question_relevance: the reasoning addresses what the question asks, not something else.
 - answer_support: the reasoning's observations lead to the chosen answer.
-- no_hallucination: 1 when the reasoning claims nothing the reference findings contradict or lack (a lesion on a
-  normal image, the wrong side, another modality), lower for each such claim.
+- no_hallucination: 1 when the reasoning claims nothing the reference findings contradict or lack (a lesion
+  on a normal image, the wrong side, another modality), lower for each such claim.
 - no_contradiction: 1 when the reasoning never contradicts itself or the chosen answer.
-Reply with one JSON object and nothing else, e.g.
-{"visual_grounding": 0.8, "question_relevance": 1, "answer_support": 0.5, "no_hallucination": 1, "no_contradiction": 1}"""
+Reply with one JSON object and nothing else, e.g. {"visual_grounding": 0.8, "question_relevance": 1,
+"answer_support": 0.5, "no_hallucination": 1, "no_contradiction": 1}"""
 
 Judgement = dict[str, float | None]
 
@@ -69,9 +70,10 @@ def rubric_messages(completion: str, record: MedADRecord) -> list[dict[str, str]
             findings[name] = getattr(record, name)
     if record.bbox:
         findings["lesion_boxes_original_pixels"] = record.bbox
+    reference = json.dumps(findings, ensure_ascii=False, default=str) if findings else "(none)"
     user = (
         f"Question: {record.question}\nOptions:\n{options}\n"
-        f"Reference findings: {json.dumps(findings, ensure_ascii=False, default=str) if findings else '(none)'}\n"
+        f"Reference findings: {reference}\n"
         f"Chosen answer: {parsed.answer if parsed.answer is not None else '(none)'}\n"
         f"Reasoning to grade:\n{reasoning[:8000]}"
     )
@@ -79,8 +81,10 @@ def rubric_messages(completion: str, record: MedADRecord) -> list[dict[str, str]
 
 
 _KEY_RE = re.compile(r"[^a-z]+")
-_PAIR_RE = re.compile(r"([A-Za-z][A-Za-z _-]{2,40})[\"']?\s*[:=]\s*[\"']?(true|false|[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)",
-                      re.IGNORECASE)
+_PAIR_RE = re.compile(
+    r"([A-Za-z][A-Za-z _-]{2,40})[\"']?\s*[:=]\s*[\"']?(true|false|[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)",
+    re.IGNORECASE,
+)
 
 
 def _number(value: Any) -> float | None:
@@ -102,7 +106,7 @@ def _number(value: Any) -> float | None:
 
 
 def _first_object(text: str) -> dict[str, Any] | None:
-    """The first parseable JSON object in ``text`` (bounded work: a few openings, a few thousand characters)."""
+    """The first parseable JSON object in ``text`` (bounded: 32 openings, 4000 characters each)."""
     start = text.find("{")
     for _ in range(32):
         if start < 0:
@@ -150,11 +154,15 @@ class HttpTransport:
     def __init__(self, settings: JudgeSettings) -> None:
         url = urllib.parse.urlsplit(settings.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise RewardSettingsError(f"judge.base_url must be an http(s) URL with a host, not {settings.base_url!r}")
+            raise RewardSettingsError(
+                f"judge.base_url must be an http(s) URL with a host, not {settings.base_url!r}"
+            )
         self.settings = settings
         self.url = settings.base_url.rstrip("/") + "/chat/completions"
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-        self._pool = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="medgrpo-judge")
+        self._pool = ThreadPoolExecutor(
+            max_workers=settings.max_concurrency, thread_name_prefix="medgrpo-judge"
+        )
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -165,8 +173,9 @@ class HttpTransport:
 
     def _one(self, messages: list[dict[str, str]]) -> str | None:
         s = self.settings
-        body = json.dumps({"model": s.model, "messages": messages, "temperature": 0.0,
-                           "max_tokens": s.max_new_tokens}).encode("utf-8")
+        body = json.dumps(
+            {"model": s.model, "messages": messages, "temperature": 0.0, "max_tokens": s.max_new_tokens}
+        ).encode("utf-8")
         for attempt in range(s.max_retries + 1):
             if attempt:
                 time.sleep(s.backoff_s * 2 ** (attempt - 1))
@@ -228,11 +237,17 @@ class LocalTransport:
             tok, out = self._tokenizer, []
             for i in range(0, len(batch), self.settings.batch_size):
                 chunk = batch[i : i + self.settings.batch_size]
-                texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in chunk]
+                texts = [
+                    tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in chunk
+                ]
                 enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
                 with torch.inference_mode():
-                    ids = self._model.generate(**enc, max_new_tokens=self.settings.max_new_tokens, do_sample=False,
-                                               pad_token_id=tok.pad_token_id)
+                    ids = self._model.generate(
+                        **enc,
+                        max_new_tokens=self.settings.max_new_tokens,
+                        do_sample=False,
+                        pad_token_id=tok.pad_token_id,
+                    )
                 out += tok.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
             return out
 
@@ -244,8 +259,11 @@ class JudgeClient:
     ``unparsed`` (criteria that could not be read from a reply).
     """
 
-    def __init__(self, settings: JudgeSettings,
-                 transport: Callable[[list[list[dict[str, str]]]], list[str | None]] | None = None) -> None:
+    def __init__(
+        self,
+        settings: JudgeSettings,
+        transport: Callable[[list[list[dict[str, str]]]], list[str | None]] | None = None,
+    ) -> None:
         self.settings = settings
         if transport is None:
             transport = HttpTransport(settings) if settings.transport == "http" else LocalTransport(settings)

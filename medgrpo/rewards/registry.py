@@ -1,10 +1,10 @@
 """The TRL reward functions: thin wrappers over :mod:`medgrpo.rewards.verify`, registered by name.
 
-TRL (``GRPOTrainer._calculate_rewards``) calls each function as
-``f(prompts=..., completions=..., completion_ids=..., **dataset_columns, trainer_state=..., log_extra=...,
-log_metric=...)`` and logs ``rewards/<__name__>/mean``. Each function returns one float per completion, or None
-where it does not apply (TRL turns None into NaN and ignores it). They never raise: a malformed completion or
-column scores like an empty one; an unexpected internal error is logged once and scores 0 (None for grounding).
+TRL (``GRPOTrainer._calculate_rewards``) calls each function as ``f(prompts=..., completions=...,
+completion_ids=..., **dataset_columns, trainer_state=..., log_extra=..., log_metric=...)`` and logs
+``rewards/<__name__>/mean``. Each function returns one float per completion, or None where it does not apply
+(TRL turns None into NaN and ignores it). They never raise: a malformed completion or column scores like an
+empty one; an unexpected internal error is logged once and scores 0 (None for grounding).
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ class RewardSettings:
         gate_on_correct: multiply ``consistency`` and ``evidence`` by ``accuracy``, so a consistent but wrong
             completion earns nothing beyond its (zero) accuracy. Off by default: then consistency rewards
             coherent reasoning even before the answer is right, as MedAD-R1's Con-GRPO does.
-        zero_on_format_failure: when the format score is 0, every other reward is 0 (grounding stays None where
-            it does not apply): nothing is earned outside the grammar.
+        zero_on_format_failure: when the format score is 0, every other reward is 0 (grounding stays None
+            where it does not apply): nothing is earned outside the grammar.
         grounding_metric: ``"iou"`` or ``"giou"`` (rescaled from [-1, 1] to [0, 1], so that a near miss still
             gets a gradient).
         judge: transport settings of the ``judge`` backend.
@@ -93,15 +93,21 @@ class RewardSettings:
 
     def __post_init__(self) -> None:
         if self.evidence_backend not in ("rule", "judge"):
-            raise RewardSettingsError(f"evidence_backend must be 'rule' or 'judge', not {self.evidence_backend!r}")
+            raise RewardSettingsError(
+                f"evidence_backend must be 'rule' or 'judge', not {self.evidence_backend!r}"
+            )
         weights = tuple(float(w) for w in self.evidence_weights)
         if len(weights) != len(CRITERIA):
-            raise RewardSettingsError(f"evidence_weights needs {len(CRITERIA)} numbers ({', '.join(CRITERIA)})")
+            raise RewardSettingsError(
+                f"evidence_weights needs {len(CRITERIA)} numbers ({', '.join(CRITERIA)})"
+            )
         if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
             raise RewardSettingsError("evidence_weights must be finite, >= 0, and not all 0")
         object.__setattr__(self, "evidence_weights", weights)
         if self.grounding_metric not in ("iou", "giou"):
-            raise RewardSettingsError(f"grounding_metric must be 'iou' or 'giou', not {self.grounding_metric!r}")
+            raise RewardSettingsError(
+                f"grounding_metric must be 'iou' or 'giou', not {self.grounding_metric!r}"
+            )
         if isinstance(self.judge, dict):  # from a YAML recipe
             unknown = sorted(set(self.judge) - set(JudgeSettings.__dataclass_fields__))
             if unknown:

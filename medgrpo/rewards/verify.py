@@ -1,8 +1,9 @@
 """``verify``: every verifier on one completion, the pure function both training rewards and evaluation use.
 
-The raw verifier outputs are cached per (completion text, record facts, frame, grounding metric), so TRL calling
-five reward functions on the same batch parses and reads each completion once. Shaping (``gate_on_correct``,
-``zero_on_format_failure``) is applied on top, identically for :func:`verify` and the reward functions.
+The raw verifier outputs are cached per (completion text, record facts, frame, grounding metric), so TRL
+calling five reward functions on the same batch parses and reads each completion once. Shaping
+(``gate_on_correct``, ``zero_on_format_failure``) is applied on top, identically for :func:`verify` and the
+reward functions.
 """
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ def verify(
         settings: backend, weights and shaping (:class:`RewardSettings`); defaults when None.
 
     Returns:
-        ``format``, ``accuracy``, ``consistency``, ``evidence`` (the weighted criteria, shaped like the reward),
-        ``evidence/<criterion>`` for MedAD-R1's five criteria (raw, never gated), ``grounding`` (None when the
-        record has no box). Every value is finite and in [0, 1], or None where not applicable.
+        ``format``, ``accuracy``, ``consistency``, ``evidence`` (the weighted criteria, shaped like the
+        reward), ``evidence/<criterion>`` for MedAD-R1's five criteria (raw, never gated), ``grounding`` (None
+        when the record has no box). Every value is finite and in [0, 1], or None where not applicable.
     """
     settings = settings or DEFAULT_SETTINGS
     text = completion_text(completion)
@@ -108,7 +109,7 @@ def verify_batch(
     frames: list[BoxFrame | None] | None = None,
     settings: RewardSettings | None = None,
 ) -> list[dict[str, float | None]]:
-    """:func:`verify` over many completions; with the judge backend, one batched judge call for all of them."""
+    """:func:`verify` over many completions; with the judge backend, one batched judge call for all."""
     settings = settings or DEFAULT_SETTINGS
     frames = frames if frames is not None else [None] * len(records)
     texts = [completion_text(c) for c in completions]
@@ -117,5 +118,7 @@ def verify_batch(
         from medgrpo.rewards.judge import judge_for
 
         judged = judge_for(settings.judge).score(list(zip(texts, records, strict=True)))
-    return [assemble(t, facts_of(r), f, settings, j)
-            for t, r, f, j in zip(texts, records, frames, judged, strict=True)]
+    return [
+        assemble(t, facts_of(r), f, settings, j)
+        for t, r, f, j in zip(texts, records, frames, judged, strict=True)
+    ]
