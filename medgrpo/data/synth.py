@@ -347,10 +347,10 @@ options -> letter, and the option most often right in training.
 |---|---:|---|---:|---:|
 | anatomy_identification | 100% | 100% / 100% / 100% | 24% | 26% |
 | modality_classification | 100% | 100% / 100% / 100% | 24% | 24% |
-| anomaly_detection | 70% | 87% / 87% / 41% | 23% | 25% |
-| pathology_characterization | 62% | 76% / 58% / 54% | 28% | 24% |
-| lesion_localization | 90% | 100% / 100% / 72% | 28% | 25% |
-| all (1000 questions) | 85% | | 26% | 25% |
+| anomaly_detection | 66% | 87% / 78% / 31% | 23% | 25% |
+| pathology_characterization | 54% | 70% / 64% / 28% | 28% | 24% |
+| lesion_localization | 87% | 100% / 94% / 67% | 28% | 25% |
+| all (1000 questions) | 81% | | 26% | 25% |
 """
 """How learnability was checked, with the figures eval/synth_baselines.py printed (seed 0, 3000/1000)."""
 

@@ -347,6 +347,16 @@ def _noise(modality: str, img: np.ndarray, rng: np.random.Generator) -> np.ndarr
     return img + rng.normal(0, sigma, img.shape)
 
 
+def _vary(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Patient and acquisition variety: a shift of up to 4 px (edges replicated), a random gamma and gain
+    (with a slight colour cast on colour images), so that no two normal backgrounds are pixel-identical."""
+    dy, dx = rng.integers(-4, 5, size=2)
+    pad = [(4, 4), (4, 4)] + [(0, 0)] * (img.ndim - 2)
+    img = np.pad(img, pad, mode="edge")[4 - dy:4 - dy + SIZE, 4 - dx:4 - dx + SIZE]
+    gain = rng.uniform(0.9, 1.1) * (rng.uniform(0.96, 1.04, 3) if img.ndim == 3 else 1.0)
+    return (np.clip(img, 0, 1) ** rng.uniform(0.85, 1.15) * gain).astype(np.float32)
+
+
 def draw(scene: Scene) -> tuple[Image.Image, list[list[float]]]:
     """Render ``scene``: the image (``L`` for grey modalities, ``RGB`` for colour) and one box per lesion.
 
@@ -354,7 +364,7 @@ def draw(scene: Scene) -> tuple[Image.Image, list[list[float]]]:
     brighter means paler/yellower and darker means browner, as in fundus exudates and pigmented skin lesions.
     """
     bg_rng, noise_rng = (np.random.default_rng([scene.seed, stream]) for stream in (0, 1))
-    img = _BACKGROUNDS[(scene.modality, scene.anatomy)](bg_rng).astype(np.float32)
+    img = _vary(_BACKGROUNDS[(scene.modality, scene.anatomy)](bg_rng).astype(np.float32), bg_rng)
     boxes = []
     for i, lesion in enumerate(scene.lesions):
         mask, change = _lesion_layers(lesion, np.random.default_rng([scene.seed, 2 + i]))
