@@ -164,8 +164,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(args.data) if args.data else generate_synth(Path(tmp) / "synth", args.n_train, args.n_test,
-                                                                 args.seed)
+        if args.data:
+            root = Path(args.data)
+        else:
+            start = time.perf_counter()
+            root = generate_synth(Path(tmp) / "synth", args.n_train, args.n_test, args.seed)
+            n = args.n_train + args.n_test
+            print(f"generated {n} records in {time.perf_counter() - start:.1f} s "
+                  f"({n / (time.perf_counter() - start):.0f} records/s, validation included)")
         train, test = load_records(root, "train"), load_records(root, "test")
         start = time.perf_counter()
         thumbs_tr, greys_tr = load_pixels(root, train)
