@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
-    command = "medgrpo ablate " + " ".join(sys.argv[2:] if argv is None else argv)
+    command = "medgrpo ablate " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         run_ablation(args.config, args.sft, args.dataset, [v for v in args.variants.split(",") if v], args.seeds,
                      Path(args.out), args.max_steps, args.eval_limit, args.max_new_tokens, extra, command)
