@@ -119,15 +119,29 @@ def _freeze(value: Any) -> Any:
     return repr(value)  # anything else cannot be a valid field: keep the key hashable
 
 
+_last: list[Any] = [(), None]  # (the column objects of the last call, its rows)
+
+
 def rows_from_columns(
     columns: dict[str, Any], n: int
 ) -> list[tuple[MedADRecord, BoxFrame | None, RecordFacts]]:
-    """``n`` rows of (record, frame, facts) from TRL's reward kwargs; missing columns read as empty."""
+    """``n`` rows of (record, frame, facts) from TRL's reward kwargs; missing columns read as empty.
+
+    TRL hands every reward function the same column lists in one step: when they are the very same objects
+    as last time (identity, with the last lists held so their ids cannot be reused), the rows are reused.
+    """
     cols = [columns.get(name) for name in _FIELDS]
     cols = [c if isinstance(c, list | tuple) else () for c in cols]
-    rows = []
-    for i in range(n):
-        rows.append(_row(tuple(_freeze(c[i]) if i < len(c) else None for c in cols)))
+    held, rows = _last
+    if (
+        rows is not None
+        and len(rows) == n
+        and len(held) == len(cols)
+        and all(a is b for a, b in zip(held, cols, strict=True))
+    ):
+        return rows
+    rows = [_row(tuple(_freeze(c[i]) if i < len(c) else None for c in cols)) for i in range(n)]
+    _last[:] = [cols, rows]
     return rows
 
 
