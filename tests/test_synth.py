@@ -31,7 +31,7 @@ from medgrpo.data.synth_draw import (
     draw,
     place_lesion,
 )
-from medgrpo.prompts import BOX_RE
+from medgrpo.prompts import BOX_RE, format_box
 
 N_TRAIN, N_TEST = 300, 100
 
@@ -264,3 +264,17 @@ def test_questions_never_name_what_they_ask(splits):
         if r.task == "anatomy_identification":
             assert r.modality not in r.question
         assert r.answer_text() not in r.question
+
+
+def test_brief_cot_keeps_the_claims_in_fewer_words(tmp_path):
+    full = generate_synth(tmp_path / "full", n_train=40, n_test=5, seed=3)
+    brief = generate_synth(tmp_path / "brief", n_train=40, n_test=5, seed=3, cot_style="brief")
+    full_rows = load_records(full, split="train")
+    brief_rows = load_records(brief, split="train")
+    assert [r.answer for r in full_rows] == [r.answer for r in brief_rows]
+    assert sum(len(r.cot.split()) for r in brief_rows) < 0.6 * sum(len(r.cot.split()) for r in full_rows)
+    for b in brief_rows:
+        assert b.modality.lower() in b.cot.lower() and b.anatomy in b.cot
+        assert b.cot.rstrip(".").endswith(f"{b.answer} ({b.answer_text()})")
+        for box in b.bbox or []:
+            assert format_box(box) in b.cot

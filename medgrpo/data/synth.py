@@ -234,11 +234,27 @@ def _scene(rng: np.random.Generator, task: str, target: str, difficulty: str) ->
     return Scene(modality, anatomy, lesions, seed=int(rng.integers(2**31))), quadrants, level
 
 
+def _brief_finding(kind: str, modality: str, size: str, boxes: list[list[float]], quadrants: list[str]) -> str:
+    look = lesion_appearance(kind, modality)[0]
+    if len(boxes) == 1:
+        return f"A {size} {look} {kind} in the {quadrants[0]} quadrant {format_box(boxes[0])}."
+    cited = " and ".join(f"{q} {format_box(b)}" for q, b in zip(quadrants, boxes, strict=True))
+    return f"Two {size} {look} {kind}{'es' if kind.endswith('s') else 's'}: {cited}."
+
+
 def _cot(rng: np.random.Generator, task: str, target: str, scene: Scene, quadrants: list[str],
-         boxes: list[list[float]], size: str | None, letter: str, answer_text: str) -> str:
-    """Gold reasoning: modality -> anatomy -> finding (boxes cited) -> conclusion -> option letter and text."""
+         boxes: list[list[float]], size: str | None, letter: str, answer_text: str, style: str = "full") -> str:
+    """Gold reasoning: modality -> anatomy -> finding (boxes cited) -> conclusion -> option letter and text.
+
+    ``style="brief"`` states the same steps in about a third of the tokens (no description of the image cues), for
+    CPU-sized models whose generation budget is small; the claims and the ending are the same.
+    """
     modality, anatomy = scene.modality, scene.anatomy
     kind = scene.lesions[0].kind if scene.lesions else None
+    ending = str(rng.choice(_ENDINGS)).format(letter=letter, text=answer_text)
+    if style == "brief":
+        finding = "No lesion." if kind is None else _brief_finding(kind, modality, str(size), boxes, quadrants)
+        return f"{modality[:1].upper()}{modality[1:]} of the {anatomy}. {finding} {_conclusion(task, target, kind, modality, anatomy)} {ending}"
     steps = [
         str(rng.choice(["This is {a} {m} image: {c}.", "The image is {a} {m} study, {c}.",
                         "Modality: {m}, recognisable as {c}."])).format(
@@ -253,13 +269,12 @@ def _cot(rng: np.random.Generator, task: str, target: str, scene: Scene, quadran
                                      "There is no focal abnormality in the {x}."])).format(x=anatomy))
     else:
         steps.append(_finding_text(kind, modality, str(size), boxes, quadrants, rng))
-    ending = str(rng.choice(_ENDINGS)).format(letter=letter, text=answer_text)
     steps.append(f"{_conclusion(task, target, kind, modality, anatomy)} {ending}")
     return " ".join(steps)
 
 
 def _make_record(split: str, index: int, task: str, target: str, letter: str, difficulty: str, seed: int,
-                 root: Path) -> MedADRecord:
+                 root: Path, cot_style: str = "full") -> MedADRecord:
     """Draw one scene for ``task`` whose correct class is ``target``, save its image under ``root``."""
     rng = np.random.default_rng([seed, _SPLIT_STREAM[split], index])
     scene, quadrants, level = _scene(rng, task, target, difficulty)
@@ -285,7 +300,7 @@ def _make_record(split: str, index: int, task: str, target: str, letter: str, di
         anatomy=scene.anatomy,
         evidence=_evidence(scene, quadrants, size),
         bbox=boxes or None,
-        cot=_cot(rng, task, target, scene, quadrants, boxes, size, letter, answer_text),
+        cot=_cot(rng, task, target, scene, quadrants, boxes, size, letter, answer_text, cot_style),
         source=SOURCE,
     )
 
@@ -309,7 +324,7 @@ def _evidence(scene: Scene, quadrants: list[str], size: str | None) -> dict[str,
     }
 
 
-def synth_split(split: str, n: int, seed: int, root: Path) -> list[MedADRecord]:
+def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "full") -> list[MedADRecord]:
     """``n`` records of one split, images written to ``root/images``; tasks, answer classes, answer letters
     and difficulties each follow their own balanced schedule so that every count is equal to within one."""
     plan = np.random.default_rng([seed, _SPLIT_STREAM[split], 2**31])
@@ -324,7 +339,7 @@ def synth_split(split: str, n: int, seed: int, root: Path) -> list[MedADRecord]:
         k = seen[task]
         seen[task] += 1
         records.append(_make_record(split, index, task, targets[task][k], letters[task][k], levels[task][k],
-                                    seed, root))
+                                    seed, root, cot_style))
     return records
 
 
@@ -396,7 +411,7 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int) -> N
 
 
 def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, seed: int = 0,
-                   overwrite: bool = False) -> Path:
+                   overwrite: bool = False, cot_style: str = "full") -> Path:
     """Generate MedAD-Synth into ``out_dir`` and return it.
 
     The folder is built under a temporary name next to ``out_dir``, validated with
@@ -408,11 +423,15 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
         n_train, n_test: number of records (one image each) per split.
         seed: everything, images included, is a function of the seed.
         overwrite: replace an existing non-empty ``out_dir`` (otherwise that is an error).
+        cot_style: ``"full"`` gold reasoning, or ``"brief"`` (same claims, about a third of the tokens: the CPU
+            demo uses it so that a tiny model's completions fit a small generation budget).
 
     Raises:
         SynthError: bad counts, or ``out_dir`` exists and is not empty without ``overwrite``.
     """
     out = Path(out_dir)
+    if cot_style not in ("full", "brief"):
+        raise SynthError(f"--cot-style must be 'full' or 'brief', not '{cot_style}'")
     if n_train < 1 or n_test < 1:
         raise SynthError(f"--n-train and --n-test must be >= 1 (got {n_train} and {n_test})")
     if out.exists() and not out.is_dir():
@@ -423,7 +442,7 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         (tmp / "images").mkdir()
-        splits = {"train": synth_split("train", n_train, seed, tmp), "test": synth_split("test", n_test, seed, tmp)}
+        splits = {name: synth_split(name, n, seed, tmp, cot_style) for name, n in (("train", n_train), ("test", n_test))}
         for name, records in splits.items():
             write_records(records, tmp / f"{name}.jsonl")
         write_card(tmp / "README.md", splits, seed)
@@ -450,10 +469,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-test", type=int, default=500, help="test records (default 500)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
+    parser.add_argument("--cot-style", choices=["full", "brief"], default="full",
+                        help="gold reasoning: full, or brief (same claims, fewer tokens; the CPU demo's choice)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        out = generate_synth(args.out, args.n_train, args.n_test, args.seed, overwrite=args.overwrite)
+        out = generate_synth(args.out, args.n_train, args.n_test, args.seed, overwrite=args.overwrite,
+                             cot_style=args.cot_style)
     except (SynthError, RecordError, OSError) as exc:
         print(f"medgrpo: {exc}", file=sys.stderr)
         return 2
