@@ -45,10 +45,17 @@ from medgrpo.model_card import (
     stage_chain,
     trained_system_prompt,
 )
+from medgrpo.models.loading import (
+    ADAPTER_CONFIG,
+    ModelLoadError,
+    adapter_base,
+    check_model_dir,
+    load_model,
+    load_processor,
+    resolve_name,
+)
 
 MANIFEST = "medgrpo_manifest.json"
-ADAPTER_CONFIG = "adapter_config.json"
-_PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
 _PATH_KEYS = ("_name_or_path", "name_or_path", "base_model_name_or_path")
 _LOAD_STATE_KEYS = ("is_local", "local_files_only")  # how this machine loaded the model, not part of it
 _VOCAB_FILES = {"tokenizer.json", "vocab.json", "merges.txt"}
@@ -67,103 +74,27 @@ def _first_line(e: BaseException) -> str:
 # --------------------------------------------------------------------------- loading the source checkpoint
 
 
-def adapter_base(run_dir: Path) -> str | None:
-    """The model a PEFT adapter folder was trained on top of, or None when ``run_dir`` is not an adapter.
-
-    The stage's ``medgrpo_run.json`` wins over ``adapter_config.json``: a stage-2 LoRA trained on a merged
-    stage-1 LoRA records the *original* base in ``adapter_config.json`` (peft reads it from the merged model's
-    config), while the weights it must go on are the stage-1 output that ``medgrpo_run.json`` names.
-    """
-    path = run_dir / ADAPTER_CONFIG
-    if not path.is_file():
-        return None
-    try:
-        info = read_run_info(run_dir)
-    except CardError as e:
-        raise ExportError(str(e)) from None
-    if info and info.get("base_model"):
-        return info["base_model"]
-    try:
-        base = json.loads(path.read_text(encoding="utf-8")).get("base_model_name_or_path")
-    except (OSError, json.JSONDecodeError, AttributeError) as e:
-        raise ExportError(f"{path}: not a valid adapter config ({_first_line(e)})") from None
-    if not isinstance(base, str) or not base:
-        raise ExportError(f"{path}: field 'base_model_name_or_path' is missing: cannot find the base model")
-    return base
-
-
 def _check_model_dir(run_dir: Path) -> None:
     if not run_dir.is_dir():
         raise ExportError(f"--model {run_dir}: no such folder")
-    if not (run_dir / "config.json").is_file() and not (run_dir / ADAPTER_CONFIG).is_file():
-        checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*") if p.is_dir())
-        hint = f" (pass one of its checkpoints, e.g. {run_dir / checkpoints[-1]})" if checkpoints else ""
-        raise ExportError(f"--model {run_dir}: no config.json or {ADAPTER_CONFIG}: not a model folder{hint}")
+    try:
+        check_model_dir(run_dir)
+    except ModelLoadError as e:
+        raise ExportError(f"--model {e}") from None
 
 
 def load_source(run_dir: str | Path, merge: bool = True) -> tuple[Any, Any]:
-    """Load a training output folder as ``(model, processor)``.
-
-    Full weights load directly; an adapter folder loads its base model (``adapter_config.json``) and the
-    adapter on top, merged into plain weights when ``merge`` (else a ``PeftModel``). The processor comes from
-    the run folder (the trainer saves the one it used), else from the base model.
-    """
-    from transformers import AutoProcessor
-
+    """Load a training output folder as ``(model, processor)`` with :mod:`medgrpo.models.loading` (an adapter
+    goes onto its base, merged when ``merge``; the processor carries the run's pixel limits)."""
     run_dir = Path(run_dir)
     _check_model_dir(run_dir)
-    base = adapter_base(run_dir)
     try:
-        model = _load_weights(run_dir, merge)
-        has_processor = any((run_dir / name).is_file() for name in _PROCESSOR_FILES)
-        processor = AutoProcessor.from_pretrained(run_dir if has_processor or base is None else _where(base, run_dir))
+        model = load_model(run_dir, merge=merge)
+        processor = load_processor(run_dir)
     except (OSError, ValueError, KeyError) as e:
         raise ExportError(f"cannot load the model in {run_dir}: {_first_line(e)}") from None
-    _apply_pixel_limits(processor, _run_data(run_dir))
     model.eval()
     return model, processor
-
-
-def _run_data(run_dir: Path) -> dict[str, Any]:
-    """The stage's data settings (``medgrpo_run.json`` ``data``: pixel limits, DICOM window, system prompt)."""
-    try:
-        info = read_run_info(run_dir)
-    except CardError as e:
-        raise ExportError(str(e)) from None
-    return (info or {}).get("data") or {}
-
-
-def _apply_pixel_limits(processor: Any, data: dict[str, Any]) -> None:
-    """Set the recipe's ``min_pixels``/``max_pixels`` as training did (the run's saved processor has them already;
-    a run that kept its processor with the base model does not)."""
-    ip = processor.image_processor
-    size = dict(ip.size)
-    if data.get("min_pixels") is not None:
-        size["shortest_edge"] = int(data["min_pixels"])
-    if data.get("max_pixels") is not None:
-        size["longest_edge"] = int(data["max_pixels"])
-    ip.size = size
-
-
-def _where(name: str, near: Path) -> str:
-    """A recorded model name as something ``from_pretrained`` can open: the local folder, else the Hub id."""
-    folder = locate(name, near)
-    return str(folder) if folder is not None else name
-
-
-def _load_weights(path: str | Path, merge: bool = True, depth: int = 0) -> Any:
-    """A model folder or Hub id; an adapter folder goes onto its base (itself possibly a merged adapter)."""
-    from transformers import AutoModelForImageTextToText
-
-    base = adapter_base(Path(path)) if Path(path).is_dir() else None
-    if base is None:
-        return AutoModelForImageTextToText.from_pretrained(path, dtype="auto", use_safetensors=True)
-    if depth > 8:
-        raise ExportError(f"{path}: more than 8 nested adapters: is base_model circular?")
-    from peft import PeftModel
-
-    model = PeftModel.from_pretrained(_load_weights(_where(base, Path(path)), True, depth + 1), path)
-    return model.merge_and_unload() if merge else model
 
 
 # --------------------------------------------------------------------------- the folder: hygiene and manifest
@@ -490,7 +421,8 @@ def _load_export(export_dir: Path, source_dir: Path) -> tuple[Any, Any]:
         if (export_dir / ADAPTER_CONFIG).is_file():
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(_load_weights(_where(adapter_base(source_dir), source_dir)), export_dir)
+            base = load_model(resolve_name(adapter_base(source_dir), source_dir))
+            model = PeftModel.from_pretrained(base, export_dir)
         else:
             model = AutoModelForImageTextToText.from_pretrained(export_dir, dtype="auto")
     except (OSError, ValueError, KeyError) as e:
@@ -529,7 +461,11 @@ def verify_export(
         raise ExportError(str(e)) from None
     from medgrpo.data.preprocess import ImageSettings
 
-    settings = ImageSettings(window=_run_data(source_dir).get("dicom_window") or "auto")
+    try:
+        run_data = (read_run_info(source_dir) or {}).get("data") or {}
+    except CardError as e:
+        raise ExportError(str(e)) from None
+    settings = ImageSettings(window=run_data.get("dicom_window") or "auto")
 
     model, processor = load_source(source_dir, merge=False)
     expected = _greedy(model, processor, records, root, system_prompt, settings, max_new_tokens)

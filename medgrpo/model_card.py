@@ -19,9 +19,10 @@ from huggingface_hub import EvalResult, ModelCardData
 from medgrpo.data.boxes import BOX_FORMATS
 from medgrpo.data.record import MedADRecord
 from medgrpo.eval.aggregate import HEADLINE, SCHEMA_VERSION
+from medgrpo.models.loading import RUN_INFO, ModelLoadError, is_local_path, locate
+from medgrpo.models.loading import read_run_info as _read_run_json
 from medgrpo.prompts import SYSTEM_PROMPT, instruction
 
-RUN_INFO = "medgrpo_run.json"
 """The provenance file the training stages write into their output folder (stage, base_model, recipe, datasets)."""
 
 STAGE_TITLES = {"sft": "SFT (cognitive injection)", "con_grpo": "Con-GRPO (evidence-aware consistency RL)"}
@@ -47,24 +48,6 @@ class CardError(ValueError):
     """A provenance or metrics file cannot be read; the message names the file and the field."""
 
 
-def is_local_path(value: str) -> bool:
-    """True for an absolute path, a home-relative path or a Windows drive path."""
-    return value.startswith(("/", "~", "\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", value))
-
-
-def locate(name: str, near: Path | None = None) -> Path | None:
-    """The local folder a recorded model/dataset name refers to, or None (then it is a Hub id).
-
-    Training records paths as given on its command line, relative to where it ran; when the name does not
-    resolve from here, the folders above ``near`` (the run folder) are tried, so ``runs/sft`` recorded by a
-    run in ``project/`` is found from anywhere as long as the runs stay together.
-    """
-    candidates = [Path(name).expanduser()]
-    if near is not None and not is_local_path(name):
-        candidates += [parent / name for parent in Path(near).resolve().parents]
-    return next((c for c in candidates if c.exists()), None)
-
-
 def hub_id(name: str | None, near: Path | None = None) -> str | None:
     """``name`` when it reads as a Hub repo id (``org/name``) and is not a local folder, else None."""
     if not name or is_local_path(name) or not HUB_ID_RE.match(name) or locate(name, near) is not None:
@@ -88,46 +71,19 @@ def scrub(value: Any) -> Any:
     return str(value)
 
 
-def _info_from_training_args(run_dir: Path) -> dict[str, Any] | None:
-    """Provenance rebuilt from the Trainer's ``training_args.bin`` (runs older than ``medgrpo_run.json``).
-
-    The file is a pickle, as transformers writes it; it is only read from the run folder being exported.
-    """
-    path = run_dir / "training_args.bin"
-    if not path.is_file():
-        return None
-    import torch
-
-    try:
-        args = torch.load(path, weights_only=False)
-        recipe = args.to_dict()
-    except Exception:  # an unreadable pickle only costs the card its recipe section
-        return None
-    name = type(args).__name__
-    stage = "sft" if "SFT" in name else "con_grpo" if "GRPO" in name else None
-    return {"stage": stage, "base_model": None, "recipe": recipe, "datasets": []}
-
-
 def read_run_info(run_dir: Path) -> dict[str, Any] | None:
-    """The stage's ``medgrpo_run.json`` as a dict, or None when there is no provenance.
+    """The stage's ``medgrpo_run.json`` as a dict with its fields type-checked, or None when there is none.
 
-    A ``checkpoint-N`` folder has none of its own and takes its run's; a run without one falls back to what
-    ``training_args.bin`` tells.
+    (Older runs' ``training_args.bin`` is deliberately not read: it is a pickle, and unpickling runs code.)
     """
-    path = run_dir / RUN_INFO
-    if not path.is_file() and re.fullmatch(r"checkpoint-\d+", run_dir.name):
-        path = run_dir.parent / RUN_INFO
-    if not path.is_file():
-        return _info_from_training_args(run_dir)
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CardError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(info, dict):
-        raise CardError(f"{path}: expected a JSON object, got {type(info).__name__}")
+        info = _read_run_json(run_dir)
+    except ModelLoadError as e:
+        raise CardError(str(e)) from None
     for key, kind in (("stage", str), ("base_model", str), ("recipe", dict), ("datasets", list)):
-        if info.get(key) is not None and not isinstance(info[key], kind):
-            raise CardError(f"{path}: field '{key}': expected {kind.__name__}, got {type(info[key]).__name__}")
+        if info is not None and info.get(key) is not None and not isinstance(info[key], kind):
+            raise CardError(f"{run_dir / RUN_INFO}: field '{key}': expected {kind.__name__}, "
+                            f"got {type(info[key]).__name__}")
     return info
 
 

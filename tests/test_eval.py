@@ -153,7 +153,7 @@ def test_model_folder_without_processor(tiny_model_dirs, synth_dir, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("medgrpo: ") and "no processor" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists()
-    with pytest.raises(ModelLoadError, match="LoRA adapter"):
+    with pytest.raises(ModelLoadError, match="base_model_name_or_path"):
         (tmp_path / "lora").mkdir()
         (tmp_path / "lora" / "adapter_config.json").write_text("{}")
         TransformersGenerator(tmp_path / "lora")

@@ -604,3 +604,14 @@ def test_left_and_right_together_commit_to_both_sides():
         verify(done(think.replace("so the answer is D", "so the answer is B"), "B"), record)["consistency"]
         == 0.0
     )
+
+
+def test_silence_earns_no_evidence():
+    """An empty or blank rationale gets no credit for 'no hallucination' / 'no contradiction'."""
+    record = MedADRecord(id="s", images=["a.png"], question="Which modality is this?",
+                         options=["CT", "MRI", "X-ray", "ultrasound"], answer="A", task="modality_classification",
+                         modality="CT", anatomy="brain", evidence={"abnormal": False})
+    for completion in ("", "<think></think>\n<answer>A</answer>", "<think>   </think><answer>A</answer>"):
+        scores = verify(completion, record)
+        assert scores["evidence"] == 0.0
+        assert scores["evidence/no_hallucination"] == scores["evidence/no_contradiction"] == 0.0

@@ -17,6 +17,7 @@ from transformers import AutoModelForImageTextToText
 
 from medgrpo.data import load_records, write_records
 from medgrpo.data.dicom import write_dicom
+from medgrpo.models.loading import load_model, load_processor
 from medgrpo.train.args import DataArguments, MedModelConfig
 from medgrpo.train.con_grpo import train_con_grpo
 from medgrpo.train.con_grpo_config import ConGRPOConfig
@@ -77,6 +78,10 @@ def test_lora_sft_then_grpo_from_merged_adapter(tiny_model_dirs, synth_dir, tmp_
     # Stage 2 loads the adapter onto its base, merges it, and trains LoRA again on top.
     grpo_out = train_con_grpo(*parse_args(GRPO_TYPES, grpo_argv(sft_out, synth_dir, tmp_path / "grpo", *lora), "t"))
     assert (grpo_out / "adapter_config.json").is_file()
+    # The stacked adapters load back (stage-2 LoRA on merged stage-1 LoRA on the base) for eval and export.
+    merged = load_model(grpo_out)
+    assert not hasattr(merged, "peft_config") and merged.config.model_type == "qwen2_5_vl"
+    assert load_processor(grpo_out).image_processor.size["longest_edge"] > 0
 
 
 def test_multi_image_and_dicom_rows(tiny_model_dirs, synth_dir, tmp_path):

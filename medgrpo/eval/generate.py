@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from medgrpo.data.boxes import ImageGrid
+from medgrpo.models.loading import ModelLoadError, load_model, load_processor, processor_source
+from medgrpo.models.loading import check_model_dir as check_checkpoint
 from medgrpo.prompts import ANSWER_OPEN
-
-
-class ModelLoadError(ValueError):
-    """The model folder cannot be evaluated as it is (one line saying what is missing)."""
 
 
 @dataclass
@@ -51,23 +49,11 @@ class Generator(Protocol):
                      letters: list[str]) -> list[dict[str, float]]: ...
 
 
-_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
-
-
 def check_model_dir(model_path: str | Path) -> Path:
-    """Fail early, in one line, on a folder that is not a full Qwen-VL checkpoint with its processor."""
+    """Fail early, in one line, on a folder that is not a Qwen-VL checkpoint (full or LoRA) with its processor."""
     path = Path(model_path)
-    if not path.is_dir():
-        raise ModelLoadError(f"{path}: no such model folder")
-    if not (path / "config.json").is_file():
-        if (path / "adapter_config.json").is_file():
-            raise ModelLoadError(f"{path}: holds a LoRA adapter only; merge it first (medgrpo export --model {path})")
-        raise ModelLoadError(f"{path}: no config.json; not a saved model folder")
-    if not any((path / f).is_file() for f in _PROCESSOR_FILES):
-        raise ModelLoadError(
-            f"{path}: no processor (processor_config.json / preprocessor_config.json); save it beside the weights with "
-            "processor.save_pretrained(...) so evaluation sees the training pixel limits"
-        )
+    check_checkpoint(path)
+    processor_source(path)  # raises when neither the run nor its base model has a processor
     return path
 
 
@@ -87,16 +73,14 @@ class TransformersGenerator:
 
     def __init__(self, model_path: str | Path, device: str | None = None, dtype: str | None = None):
         import torch
-        from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
-
         path = check_model_dir(model_path)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        config = AutoConfig.from_pretrained(path)
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
-        self.processor = AutoProcessor.from_pretrained(path)
+        self.processor = load_processor(path)
         self.processor.tokenizer.padding_side = "left"
-        self.grid = ImageGrid.from_processor(self.processor, config.model_type)
-        self.model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype).to(self.device).eval()
+        # A LoRA run is merged in memory, the way export merges it.
+        self.model = load_model(path, dtype=torch_dtype).to(self.device).eval()
+        self.grid = ImageGrid.from_processor(self.processor, self.model.config.model_type)
         tok = self.processor.tokenizer
         self._stop_ids = {i for i in (tok.eos_token_id, tok.pad_token_id) if i is not None}
         eos = self.model.generation_config.eos_token_id

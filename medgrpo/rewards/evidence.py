@@ -31,13 +31,15 @@ record's structured ``evidence``, ``modality``, ``anatomy`` and ``bbox``. Every 
     the record's finding), the stated polarity (wrong when opposite to the record's), each laterality /
     location / appearance / size descriptor of the finding (wrong when it conflicts with the record's, e.g.
     the wrong side), and each cited box (wrong on a normal image, or when its IoU with every gold box is below
-    :data:`BOX_HIT_IOU`). 1.0 when nothing checkable is claimed.
+    :data:`BOX_HIT_IOU`). 1.0 when nothing checkable is claimed; 0.0 for an empty reasoning (silence is not
+    evidence, so a blank completion must not earn the two absence criteria).
 ``no_contradiction``
     0.0 when the reasoning's conclusion contradicts the answer (:mod:`medgrpo.rewards.consistency`). Else 1 -
     0.5 per internal conflict (floored at 0): the sentences before the conclusion commit to other options than
     the conclusion does; both polarities stated; two incompatible modalities; opposite descriptors of the
     finding (left and right, bright and dark...; not when the record itself describes its lesion with both,
-    like an abscess's bright rim and dark centre); a finding or modality both asserted and denied.
+    like an abscess's bright rim and dark centre); a finding or modality both asserted and denied. 0.0 for an
+    empty reasoning.
 """
 
 from __future__ import annotations
@@ -226,12 +228,13 @@ def evidence_criteria(
     boxes = [to_original(b, frame) for b in parsed.boxes]
     first = match_score(boxes[0], facts.gold_boxes, metric) if boxes and facts.gold_boxes else None
     engaged = verdict.kind in ("agree", "hedge", "contradict")
+    said = bool(reading.sentences)  # the absence criteria reward a rationale that errs in nothing, not silence
     scores = (
         visual_grounding(reading, facts, first),
         question_relevance(reading, facts, engaged),
         answer_support(reading, facts, choice, parsed.answer, verdict),
-        no_hallucination(reading, facts, boxes),
-        no_contradiction(reading, facts, verdict),
+        no_hallucination(reading, facts, boxes) if said else 0.0,
+        no_contradiction(reading, facts, verdict) if said else 0.0,
     )
     return dict(zip(CRITERIA, scores, strict=True))
 

@@ -147,7 +147,24 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
         ),
         "fracture": ("fracture", "fractures", "fractured"),
         "effusion": ("effusion", "effusions", "fluid collection"),
-        "consolidation": ("consolidation", "pneumonia", "infiltrate", "infiltrates", "airspace opacity"),
+        "consolidation": (
+            "consolidation", "pneumonia", "infiltrate", "infiltrates", "infiltration", "airspace opacity",
+        ),
+        # NIH ChestX-ray14 findings
+        "atelectasis": ("atelectasis", "atelectatic"),
+        "cardiomegaly": ("cardiomegaly", "enlarged heart", "enlarged cardiac silhouette"),
+        "pneumothorax": ("pneumothorax", "pneumothoraces"),
+        "emphysema": ("emphysema", "emphysematous"),
+        "fibrosis": ("fibrosis", "fibrotic"),
+        "pleural_thickening": ("pleural thickening",),
+        "hernia": ("hernia", "hernias", "herniation"),
+        # ISIC 2018 diagnoses
+        "actinic_keratosis": ("actinic keratosis", "actinic keratoses", "solar keratosis"),
+        "benign_keratosis": ("benign keratosis", "benign keratoses", "seborrheic keratosis", "seborrhoeic keratosis"),
+        "dermatofibroma": ("dermatofibroma", "dermatofibromas"),
+        "vascular_lesion": (
+            "vascular lesion", "vascular lesions", "vascular proliferation", "angioma", "hemangioma", "haemangioma",
+        ),
         "calcification": ("calcification", "calcifications", "calcified"),
         "edema": ("edema", "oedema"),
         "melanoma": ("melanoma", "melanocytic lesion"),

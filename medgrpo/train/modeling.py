@@ -1,35 +1,32 @@
 """Loading a Qwen-VL model and its processor for training: one place for the rules every stage shares.
 
-* weights are loaded as safetensors only (no pickle), ``trust_remote_code`` only when a recipe asks for it;
-* a stage-1 LoRA output folder (``adapter_config.json``) is loaded onto its base model and merged, so stage 2 starts
-  from the stage-1 weights whether stage 1 trained LoRA or the full model;
+* weights load through :func:`medgrpo.models.loading.load_model` (safetensors only; a LoRA output folder is put on
+  its base and merged, so stage 2 starts from the stage-1 weights whether stage 1 trained LoRA or the full model);
+  ``trust_remote_code`` only when a recipe asks for it;
 * the processor's pixel limits are set from the recipe, and the :class:`~medgrpo.data.boxes.ImageGrid` that the data
   pipeline resizes to is read back from that same processor.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers import AutoProcessor
 
 from medgrpo.data.boxes import BOX_FORMATS, ImageGrid
+from medgrpo.models.loading import check_model_dir, load_model, processor_source
 from medgrpo.train.args import DataArguments, MedModelConfig
-
-ADAPTER_CONFIG = "adapter_config.json"
 
 
 def check_model_path(path: str | None) -> None:
     """Fail early, in one line, when a model path is neither a local folder nor a hub id that can be fetched."""
     if not path:
         raise ValueError("model_name_or_path is not set: name a model folder or a hub id in the recipe")
-    if os.path.isdir(path):
-        if not (Path(path) / "config.json").is_file() and not (Path(path) / ADAPTER_CONFIG).is_file():
-            raise ValueError(f"model_name_or_path '{path}' holds no config.json or {ADAPTER_CONFIG}")
+    if os.path.exists(path):
+        check_model_dir(Path(path))
         return
     looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
     if not looks_like_hub_id:
@@ -39,25 +36,6 @@ def check_model_path(path: str | None) -> None:
 
         if not isinstance(try_to_load_from_cache(path, "config.json"), str):
             raise ValueError(f"model '{path}' is not in the local hub cache and HF_HUB_OFFLINE=1: download it first")
-
-
-def _dtype(name: str | None) -> Any:
-    if name in (None, "auto"):
-        return "auto"
-    return getattr(torch, name)
-
-
-def load_model(path: str, dtype: str | None = None, trust_remote_code: bool = False, **kwargs: Any):
-    """Load a model folder or hub id, merging a LoRA adapter folder onto its base model."""
-    load_kwargs = dict(dtype=_dtype(dtype), trust_remote_code=trust_remote_code, use_safetensors=True, **kwargs)
-    adapter_cfg = Path(path) / ADAPTER_CONFIG
-    if adapter_cfg.is_file():
-        from peft import PeftModel
-
-        base = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]
-        model = AutoModelForImageTextToText.from_pretrained(base, **load_kwargs)
-        return PeftModel.from_pretrained(model, path).merge_and_unload()
-    return AutoModelForImageTextToText.from_pretrained(path, **load_kwargs)
 
 
 def load_processor(path: str, data_args: DataArguments, trust_remote_code: bool = False):
@@ -94,17 +72,13 @@ def freeze_vision_tower(model: torch.nn.Module) -> int:
 def load_for_training(model_args: MedModelConfig, data_args: DataArguments, trust_remote_code: bool = False):
     """Model, processor and image grid for a training stage, from the recipe's model and data arguments."""
     path = model_args.model_name_or_path
-    source = path
-    adapter_cfg = Path(path) / ADAPTER_CONFIG
-    if adapter_cfg.is_file():  # the processor of a LoRA run may live with its base model only
-        if not (Path(path) / "preprocessor_config.json").is_file():
-            source = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]
     model = load_model(
         path,
-        dtype=model_args.dtype,
+        dtype=model_args.dtype or "auto",
         trust_remote_code=trust_remote_code,
         attn_implementation=model_args.attn_implementation,
     )
+    source = processor_source(Path(path)) if Path(path).is_dir() else path
     processor = load_processor(source, data_args, trust_remote_code=trust_remote_code)
     if model_args.freeze_vision_tower:
         freeze_vision_tower(model)
