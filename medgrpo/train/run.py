@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import yaml
 from trl import TrlParser
 
 from medgrpo.data import LoadReport, MedADRecord, RecordError, load_records
@@ -262,6 +263,11 @@ def cli(run: Callable[[list[str] | None], Any], argv: list[str] | None) -> int:
     """Run a stage, turning configuration and data errors into one line on stderr and exit code 2."""
     try:
         run(argv)
+    except yaml.YAMLError as exc:  # a recipe that is not plain YAML (syntax, or a tag such as !!python/object)
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{mark.name}:{mark.line + 1}" if mark is not None else "recipe"
+        print(f"medgrpo: {where}: not a plain YAML recipe ({getattr(exc, 'problem', None) or exc})", file=sys.stderr)
+        return 2
     except (ValueError, RecordError, FileNotFoundError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"medgrpo: {message}", file=sys.stderr)
