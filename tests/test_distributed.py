@@ -7,7 +7,9 @@ What multi-process training must keep true, checked on runs that really start 2 
 * a GRPO group split across the ranks is normalised with the statistics of the whole group: TRL gathers the
   rewards of every process before normalising, and each rank keeps its slice of the advantages;
 * the GRPO variants' state (HA-DW anchor, DRPO history, AR3PO per-prompt buffer) is the same on every rank;
-* the checkpoints a 2-rank run saves load back.
+* the checkpoints a 2-rank run saves load back;
+* every accelerate config loads through accelerate's own parser, and the FSDP one wraps the decoder layers and
+  vision blocks of every supported architecture.
 
 The Con-GRPO runs go through this file as the launched script (``__main__`` below): it wraps two trainer methods
 to write what each rank saw and computed to ``probe-rank<N>.jsonl``, then runs ``medgrpo.train.con_grpo.main``,
@@ -16,6 +18,7 @@ the function ``python -m medgrpo.train con_grpo`` calls. Stage 1 runs through ``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -185,6 +188,53 @@ def test_reuse_buffer_identical_across_ranks(variants_run):
     assert any(row["reuse"]["store"] for rows in ranks.values() for row in rows), "no correct completion stored"
     for row0, row1 in zip(ranks[0], ranks[1], strict=True):
         assert row0["reuse"] == row1["reuse"]
+
+
+GPU_CONFIGS = {"ddp": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp": "FSDP"}
+
+
+@pytest.mark.parametrize("name", [*GPU_CONFIGS, "cpu_2proc"])
+def test_accelerate_configs_load(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(REPO / f"recipes/accelerate_configs/{name}.yaml"))  # unknown keys raise
+    assert config.distributed_type.value == GPU_CONFIGS.get(name, "MULTI_GPU")
+    assert config.mixed_precision == ("no" if name == "cpu_2proc" else "bf16")
+    if name.startswith("zero"):
+        assert config.deepspeed_config["zero_stage"] == int(name[-1])
+
+
+def test_fsdp_config_wraps_every_architecture(tiny_model_dirs, monkeypatch):
+    """The settings ``accelerate launch --config_file fsdp.yaml`` exports become an FSDP2 plugin whose wrap policy
+    finds the transformer blocks (from each model's ``_no_split_modules``) of all three Qwen-VL architectures."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils import FullyShardedDataParallelPlugin, prepare_multi_gpu_env
+    from transformers import AutoModelForImageTextToText
+
+    args = launch_command_parser().parse_args(
+        ["--config_file", str(REPO / "recipes/accelerate_configs/fsdp.yaml"), "-m", "medgrpo.train"])
+    for key, value in prepare_multi_gpu_env(_validate_launch_command(args)[0]).items():
+        monkeypatch.setenv(key, value)
+    for arch, path in tiny_model_dirs.items():
+        plugin = FullyShardedDataParallelPlugin()
+        assert plugin.fsdp_version == 2
+        model = AutoModelForImageTextToText.from_pretrained(path)
+        plugin.set_auto_wrap_policy(model)
+        wrapped = {cls.__name__ for cls in plugin.auto_wrap_policy.keywords["transformer_layer_cls"]}
+        assert any(n.endswith("DecoderLayer") for n in wrapped) and any("Vision" in n for n in wrapped), (arch, wrapped)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+@pytest.mark.xfail(strict=True, reason="use_vllm without vLLM fails in TRL's trainer init (ImportError, traceback) "
+                                       "after the model loads; ConGRPOConfig.__post_init__ should refuse it")
+def test_use_vllm_without_vllm_is_a_one_line_error(tiny_model_dirs, synth_dir, tmp_path, capsys):
+    from medgrpo.train import con_grpo
+
+    code = con_grpo.main(["--config", str(REPO / "recipes/tiny/con_grpo.yaml"), "--use_vllm", "true",
+                          "--model_name_or_path", str(tiny_model_dirs["qwen2_5_vl"]), "--dataset_path", str(synth_dir),
+                          "--output_dir", str(tmp_path / "out"), "--report_to", "none"])
+    err = capsys.readouterr().err
+    assert code == 2 and "vllm" in err.lower() and "Loading weights" not in err
 
 
 def _install_probe(out: Path) -> None:
