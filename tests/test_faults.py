@@ -23,7 +23,13 @@ from transformers import AutoModelForImageTextToText
 
 from medgrpo.train import con_grpo
 from medgrpo.train.con_grpo_config import ConGRPOConfig
-from medgrpo.train.run import checkpoint_problem, disk_estimate, load_checkpoint_weights, resume_checkpoint
+from medgrpo.train.run import (
+    checkpoint_problem,
+    disk_estimate,
+    load_checkpoint_weights,
+    resume_checkpoint,
+    weights_bytes,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_STEPS = 8
@@ -174,6 +180,17 @@ def test_disk_estimate_by_hand():
     args.save_only_model = True
     assert disk_estimate(args, 100) == 100 * (1 + 3)
     assert disk_estimate(args, 100, use_peft=True) == 0
+
+
+def test_weights_of_an_adapter_run_are_its_bases(tiny_model_dirs, tmp_path):
+    """A stage-1 LoRA folder is merged on load: stage 2 holds and saves the full base weights."""
+    base = tiny_model_dirs["qwen2_5_vl"]
+    adapter = tmp_path / "sft"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base)}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"x" * 10)
+    assert weights_bytes(str(adapter)) == weights_bytes(str(base)) == (base / "model.safetensors").stat().st_size
+    assert weights_bytes("Qwen/Qwen2.5-VL-3B-Instruct") == 0  # a Hub id: unknown, only writability is checked
 
 
 def _refused(tiny_model_dirs, synth_dir, out: Path, capsys) -> str:

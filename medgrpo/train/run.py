@@ -19,6 +19,7 @@ import yaml
 from trl import TrlParser
 
 from medgrpo.data import LoadReport, MedADRecord, RecordError, load_records
+from medgrpo.models.loading import MAX_ADAPTER_DEPTH, adapter_base, locate
 from medgrpo.train.args import DataArguments
 
 RUN_INFO = "medgrpo_run.json"
@@ -50,11 +51,18 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def weights_bytes(model_path: str | None) -> int:
-    """Bytes of the ``*.safetensors`` weights in a local model folder (0 when unknown, e.g. a Hub id)."""
-    if not model_path or not Path(model_path).is_dir():
+def weights_bytes(model_path: str | None, _depth: int = 0) -> int:
+    """Bytes of the ``*.safetensors`` weights a local model folder trains as (0 when unknown, e.g. a Hub id).
+
+    A LoRA folder is merged into its base on load, so its base's weights are what training holds and saves.
+    """
+    if not model_path or not Path(model_path).is_dir() or _depth > MAX_ADAPTER_DEPTH:
         return 0
-    return sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors"))
+    folder = Path(model_path)
+    base = adapter_base(folder)
+    if base is not None:
+        return weights_bytes(str(locate(base, folder) or ""), _depth + 1)
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
 
 
 def disk_estimate(training_args: Any, model_bytes: int, use_peft: bool = False) -> int:
