@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trl import SFTTrainer, get_peft_config
+from trl import get_peft_config
 
 from medgrpo.data import to_sft_dataset
 from medgrpo.train.args import DataArguments, MedModelConfig
@@ -25,6 +25,7 @@ from medgrpo.train.run import (
     write_run_info,
 )
 from medgrpo.train.sft_config import MedSFTConfig
+from medgrpo.train.sft_trainer import MedSFTTrainer
 
 
 def train_sft(data_args: DataArguments, training_args: MedSFTConfig, model_args: MedModelConfig) -> Path:
@@ -41,7 +42,7 @@ def train_sft(data_args: DataArguments, training_args: MedSFTConfig, model_args:
         system_prompt=data_args.system_prompt_text(),
         on_bad_record=data_args.on_bad_record,
     )
-    trainer = SFTTrainer(
+    trainer = MedSFTTrainer(
         model=model,
         args=training_args,
         train_dataset=dataset,
