@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("medgrpo.train.sft", "stage 1: SFT cognitive injection (TRL SFTTrainer)"),
     "grpo": ("medgrpo.train.con_grpo", "stage 2: Con-GRPO (TRL GRPOTrainer subclass)"),
     "eval": ("medgrpo.eval.cli", "evaluate a model on a suite of datasets"),
+    "ablate": ("medgrpo.train.ablate", "compare GRPO variants: Con-GRPO per variant x seed, held-out eval, table"),
     "export": ("medgrpo.export", "export a checkpoint to the Hugging Face Hub format"),
     "demo": ("medgrpo.demo", "the whole pipeline on the embedded default, offline on CPU"),
 }

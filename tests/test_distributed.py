@@ -181,8 +181,6 @@ def test_hadw_and_drpo_state_identical_across_ranks(variants_run):
     assert ranks[0][-1]["hadw"]["steps"] == 3 and ranks[0][-1]["drpo"]["history"]  # the state really moved
 
 
-@pytest.mark.xfail(strict=True, reason="AR3PO buffer keeps only the completions of its own rank: "
-                                       "ConGRPOTrainer._generate must gather them before remember_correct")
 def test_reuse_buffer_identical_across_ranks(variants_run):
     ranks = read_probe(variants_run)
     assert any(row["reuse"]["store"] for rows in ranks.values() for row in rows), "no correct completion stored"
@@ -225,8 +223,6 @@ def test_fsdp_config_wraps_every_architecture(tiny_model_dirs, monkeypatch):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-@pytest.mark.xfail(strict=True, reason="use_vllm without vLLM fails in TRL's trainer init (ImportError, traceback) "
-                                       "after the model loads; ConGRPOConfig.__post_init__ should refuse it")
 def test_use_vllm_without_vllm_is_a_one_line_error(tiny_model_dirs, synth_dir, tmp_path, capsys):
     from medgrpo.train import con_grpo
 

@@ -180,6 +180,11 @@ class ConGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.use_vllm:
+            from trl.import_utils import is_vllm_available
+
+            if not is_vllm_available():
+                raise ValueError("use_vllm: vLLM is not installed: pip install 'medgrpo[vllm]' or set use_vllm: false")
         from medgrpo.rewards import REWARDS
 
         unknown = [name for name in self.reward_funcs if name not in REWARDS]

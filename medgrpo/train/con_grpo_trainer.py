@@ -33,6 +33,7 @@ from trl import GRPOTrainer
 from medgrpo.train import group_edits, losses
 from medgrpo.train.advantages import AdvantageSpec, DRPOState, HADWState, compute_advantages
 from medgrpo.train.con_grpo_config import ConGRPOConfig
+from medgrpo.train.run import ResumeWeightsMixin
 
 VARIANTS_STATE = "medgrpo_variants_state.json"
 _MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
@@ -61,7 +62,7 @@ def reward_settings_from_config(args: ConGRPOConfig):
     return RewardSettings(**kwargs)
 
 
-class ConGRPOTrainer(GRPOTrainer):
+class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
     """TRL ``GRPOTrainer`` with medgrpo's verifiers as rewards, per-task logging and advantage variants.
 
     Args:
@@ -128,14 +129,17 @@ class ConGRPOTrainer(GRPOTrainer):
             self._set_sampling_temperature(self._scope_temp.temperature)
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # Written first: trainer_state.json (written last by super) is what marks a checkpoint complete, so a kill
+        # in between never leaves a "complete" checkpoint without the variants' state.
         state = self.variants_state()
         if state and self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
             tmp = os.path.join(folder, VARIANTS_STATE + ".tmp")
             with open(tmp, "w") as fh:
                 json.dump(state, fh)
             os.replace(tmp, os.path.join(folder, VARIANTS_STATE))
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -209,9 +213,10 @@ class ConGRPOTrainer(GRPOTrainer):
             for j, ok in enumerate(group_edits.is_correct(sub)):
                 correct[rows[j]] = ok
         keys = [str(row.get("id", i // g)) for i, row in enumerate(inputs)]
-        if self._reuse is not None:
+        if self._reuse is not None:  # every rank remembers every rank's correct completions: one buffer, one state
             texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
-            group_edits.remember_correct(self._reuse, correct, keys, [list(x) for x in completion_ids], texts)
+            group_edits.remember_correct(self._reuse, gather_object(list(correct)), gather_object(keys),
+                                         gather_object([list(x) for x in completion_ids]), gather_object(texts))
         gold = [self._gold(row) for row in inputs]
         plan = group_edits.plan_edits(
             correct, keys, gold, g,
@@ -363,8 +368,8 @@ class ConGRPOTrainer(GRPOTrainer):
             nll = losses.positive_nll(logps, advantages, mask)
             loss = loss + args.scope_coef * nll
             self._metrics[mode]["variants/scope_positive_nll"].append(nll.item())
-            if mode == "train":
-                self._scope_entropy.append(entropy)
+            if mode == "train":  # the mean over ranks, so that every rank moves to the same temperature
+                self._scope_entropy.append(self.accelerator.gather(torch.tensor([entropy], device=loss.device)).mean().item())
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
         return loss
