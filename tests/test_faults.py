@@ -22,14 +22,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText
 
 from medgrpo.train import con_grpo
+from medgrpo.train.checkpoints import checkpoint_problem, load_checkpoint_weights, resume_checkpoint
 from medgrpo.train.con_grpo_config import ConGRPOConfig
-from medgrpo.train.run import (
-    checkpoint_problem,
-    disk_estimate,
-    load_checkpoint_weights,
-    resume_checkpoint,
-    weights_bytes,
-)
+from medgrpo.train.run import disk_estimate, weights_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_STEPS = 8

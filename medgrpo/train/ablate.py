@@ -78,8 +78,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def train_run(argv: list[str], out: Path) -> dict[str, Any]:
     """Train one variant/seed unless it already finished; returns its training log figures."""
+    from medgrpo.models.loading import RUN_INFO
     from medgrpo.train.con_grpo import train_con_grpo
-    from medgrpo.train.run import RUN_INFO, parse_args
+    from medgrpo.train.run import parse_args
 
     summary_path = out / "ablate_train.json"
     if (out / RUN_INFO).is_file() and summary_path.is_file():

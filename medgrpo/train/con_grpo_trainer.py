@@ -32,8 +32,8 @@ from trl import GRPOTrainer
 
 from medgrpo.train import group_edits, losses
 from medgrpo.train.advantages import AdvantageSpec, DRPOState, HADWState, compute_advantages
+from medgrpo.train.checkpoints import ResumeWeightsMixin
 from medgrpo.train.con_grpo_config import ConGRPOConfig
-from medgrpo.train.run import ResumeWeightsMixin
 
 VARIANTS_STATE = "medgrpo_variants_state.json"
 _MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",

@@ -1,28 +1,26 @@
-"""Plumbing shared by the stage scripts: parsing, data loading, resume, run metadata, one-line errors."""
+"""Plumbing shared by the stage scripts: parsing, up-front checks, data loading, the stage run itself, run
+metadata and one-line errors. (Checkpoint validation and resume live in :mod:`medgrpo.train.checkpoints`.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import struct
 import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
-from trl import TrlParser
+from trl import TrlParser, get_peft_config
 
 from medgrpo.data import LoadReport, MedADRecord, RecordError, load_records
-from medgrpo.models.loading import MAX_ADAPTER_DEPTH, adapter_base, locate
+from medgrpo.models.loading import MAX_ADAPTER_DEPTH, RUN_INFO, adapter_base, locate
 from medgrpo.train.args import DataArguments
-
-RUN_INFO = "medgrpo_run.json"
+from medgrpo.train.checkpoints import resume_checkpoint
+from medgrpo.train.modeling import check_model_path, load_for_training
 
 
 def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None, prog: str) -> tuple[Any, ...]:
@@ -134,120 +132,48 @@ def load_training_records(data_args: DataArguments) -> list[MedADRecord]:
     return records
 
 
-def _safetensors_problem(path: Path) -> str | None:
-    """Why a safetensors file is unusable (truncated, bad header), or None: its header states every byte range."""
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            return f"{path.name} is truncated"
-        (header_len,) = struct.unpack("<Q", head)
-        if 8 + header_len > size:
-            return f"{path.name} is truncated"
-        try:
-            header = json.loads(fh.read(header_len))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return f"{path.name} has a corrupt header"
-    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
-    if 8 + header_len + max(ends, default=0) != size:
-        return f"{path.name} is truncated ({size} bytes, header says {8 + header_len + max(ends, default=0)})"
-    return None
+def train_stage(
+    stage: str,
+    build_dataset: Callable[..., Any],
+    trainer_cls: type,
+    data_args: DataArguments,
+    training_args: Any,
+    model_args: Any,
+) -> Path:
+    """Run one training stage end to end; ``sft.py`` and ``con_grpo.py`` differ only in what they pass here.
 
-
-def checkpoint_problem(folder: Path) -> str | None:
-    """Why a ``checkpoint-N`` folder cannot be resumed from, or None when every file in it is whole.
-
-    The Trainer writes ``trainer_state.json`` last, but a kill or a full disk can still leave a folder with that
-    file and a short weight or optimizer file (rewriting a step's folder, or writes never flushed), so each file is
-    checked against its own format: JSON parses, safetensors sizes match their headers, and ``torch.save`` files
-    (zip archives: ``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth``) have an intact central directory. This
-    reads headers only, never the tensors, so it stays instant on a 7B checkpoint.
+    Paths are checked before anything loads; records are validated (``on_bad_record``); the model is loaded
+    (LoRA stage-1 outputs merged) with the recipe's pixel limits; the dataset is built by ``build_dataset``
+    (``to_sft_dataset`` or ``to_grpo_dataset``); training resumes from the last complete checkpoint; the model (or
+    adapter), ``trainer_state.json``, the processor and ``medgrpo_run.json`` are saved to ``output_dir``.
     """
-    state_path = folder / "trainer_state.json"
-    if not state_path.is_file():
-        return "no trainer_state.json (saving was interrupted)"
-    for path in sorted(folder.iterdir()):
-        if not path.is_file():
-            continue
-        if path.suffix == ".json":
-            try:
-                json.loads(path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                return f"{path.name} is not valid JSON"
-        elif path.suffix == ".safetensors":
-            problem = _safetensors_problem(path)
-            if problem:
-                return problem
-        elif path.suffix in (".pt", ".pth", ".bin"):
-            try:
-                with zipfile.ZipFile(path):
-                    pass
-            except (zipfile.BadZipFile, OSError):
-                return f"{path.name} is truncated or not a torch.save archive"
-    step = json.loads(state_path.read_text(encoding="utf-8")).get("global_step")
-    if f"checkpoint-{step}" != folder.name:
-        return f"trainer_state.json says step {step}"
-    if not any(folder.glob("*.safetensors")):
-        return "no weights (*.safetensors)"
-    return None
-
-
-def resume_checkpoint(output_dir: str, explicit: str | bool | None) -> str | None:
-    """The checkpoint to resume from: the one named, else the last complete one in ``output_dir``, else None.
-
-    Restarting a killed run with the same command therefore continues it. Each candidate is validated by
-    :func:`checkpoint_problem`, newest first; a folder half-written by a kill during saving is named on stderr
-    and passed over, never picked up. A named checkpoint that fails validation is an error.
-    """
-    if isinstance(explicit, str) and explicit:
-        problem = checkpoint_problem(Path(explicit)) if Path(explicit).is_dir() else "no such folder"
-        if problem:
-            raise ValueError(f"resume_from_checkpoint {explicit}: {problem}")
-        return explicit
-    if explicit is False or not Path(output_dir).is_dir():
-        return None
-    steps = []
-    for child in Path(output_dir).iterdir():
-        match = re.fullmatch(r"checkpoint-(\d+)", child.name)
-        if match and child.is_dir():
-            steps.append((int(match.group(1)), child))
-    for _, child in sorted(steps, reverse=True):
-        problem = checkpoint_problem(child)
-        if problem is None:
-            print(f"medgrpo: resuming from {child}", file=sys.stderr)
-            return str(child)
-        print(f"medgrpo: skipping incomplete {child}: {problem}", file=sys.stderr)
-    return None
-
-
-def load_checkpoint_weights(model: Any, checkpoint: str) -> None:
-    """Load a full-weight ``checkpoint-N`` into ``model`` in place, with the key renaming ``from_pretrained`` does.
-
-    transformers 5 saves Qwen-VL weights under their original Hub names (``visual.*``, ``model.embed_tokens``),
-    and ``Trainer._load_from_checkpoint`` loads that file with ``load_state_dict(strict=False)``: no key matches,
-    a warning is logged, and a "resumed" run goes on from the weights it started with (measured: all 57 tensors of
-    the tiny Qwen2.5-VL). Loading through ``from_pretrained`` applies the same conversion as every other load, and
-    the strict copy turns any leftover mismatch into an error instead of a warning.
-    """
-    fresh = type(model).from_pretrained(checkpoint, dtype=model.dtype, use_safetensors=True)
-    model.load_state_dict(fresh.state_dict(), strict=True)
-
-
-class ResumeWeightsMixin:
-    """Put before a TRL trainer class so resuming restores the weights (see :func:`load_checkpoint_weights`).
-
-    PEFT adapters (loaded by name, unaffected) and FSDP/DeepSpeed checkpoints (their own formats) keep the
-    Trainer's own path.
-    """
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        model = self.model if model is None else model
-        full = (Path(resume_from_checkpoint) / "model.safetensors").is_file() or (
-            Path(resume_from_checkpoint) / "model.safetensors.index.json").is_file()
-        if not full or hasattr(model, "peft_config") or self.is_fsdp_enabled or self.is_deepspeed_enabled:
-            super()._load_from_checkpoint(resume_from_checkpoint, model)  # type: ignore[misc]
-            return
-        load_checkpoint_weights(self.accelerator.unwrap_model(model), resume_from_checkpoint)
+    check_dataset_path(data_args)
+    check_model_path(model_args.model_name_or_path)
+    records = load_training_records(data_args)
+    model, processor, grid = load_for_training(model_args, data_args, training_args.trust_remote_code)
+    dataset = build_dataset(
+        records,
+        data_args.root,
+        grid,
+        settings=data_args.image_settings(),
+        system_prompt=data_args.system_prompt_text(),
+        on_bad_record=data_args.on_bad_record,
+    )
+    trainer = trainer_cls(
+        model=model,
+        args=training_args,
+        train_dataset=dataset,
+        processing_class=processor,
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args.output_dir,
+                                                           training_args.resume_from_checkpoint))
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json with the whole log history, next to the weights
+    if trainer.accelerator.is_main_process:
+        processor.save_pretrained(training_args.output_dir)
+        write_run_info(training_args.output_dir, stage, model_args, training_args, data_args)
+    return Path(training_args.output_dir)
 
 
 def write_run_info(output_dir: str, stage: str, model_args: Any, training_args: Any, data_args: DataArguments) -> None:

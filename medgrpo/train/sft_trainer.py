@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from trl import SFTTrainer
 
-from medgrpo.train.run import ResumeWeightsMixin
+from medgrpo.train.checkpoints import ResumeWeightsMixin
 
 
 class MedSFTTrainer(ResumeWeightsMixin, SFTTrainer):
-    """``SFTTrainer`` whose resume goes through :class:`~medgrpo.train.run.ResumeWeightsMixin`.
+    """``SFTTrainer`` whose resume goes through :class:`~medgrpo.train.checkpoints.ResumeWeightsMixin`.
 
     transformers 5 saves Qwen-VL checkpoints under the Hub's key names but reloads them into the renamed module
     tree with ``strict=False``, so a plain resume silently restarts from the initial weights with step-N optimizer
