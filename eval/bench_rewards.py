@@ -15,7 +15,6 @@ process, so other load on the machine does not count.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -70,37 +69,11 @@ def completions_for(
 
 
 def columns_for(records, frames, rows) -> dict[str, list]:
-    cols: dict[str, list] = {
-        k: []
-        for k in (
-            "id",
-            "question",
-            "options",
-            "answer",
-            "task",
-            "modality",
-            "anatomy",
-            "evidence",
-            "bbox",
-            "cot",
-            "source",
-            "box_format",
-            "image_size",
-            "model_image_size",
-        )
-    }
-    for j in rows:
-        r, f = records[j], frames[j]
-        for name in ("id", "question", "options", "answer", "task", "source"):
-            cols[name].append(getattr(r, name))
-        cols["modality"].append(r.modality or "")
-        cols["anatomy"].append(r.anatomy or "")
-        cols["cot"].append(r.cot or "")
-        cols["evidence"].append(json.dumps(r.evidence) if r.evidence else "")
-        cols["bbox"].append(json.dumps(r.bbox) if r.bbox else "")
-        for k, v in f.to_columns().items():
-            cols[k].append(v)
-    return cols
+    """The GRPO dataset columns of ``rows``, exactly as the dataset builder writes them (no images)."""
+    from medgrpo.data.builders import grpo_columns
+
+    per_row = [grpo_columns(records[j], frames[j]) for j in rows]
+    return {k: [row[k] for row in per_row] for k in per_row[0]}
 
 
 def clear_caches() -> None:

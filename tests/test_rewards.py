@@ -5,6 +5,7 @@ import math
 import pytest
 
 from medgrpo.data.boxes import BoxFrame
+from medgrpo.data.builders import grpo_columns
 from medgrpo.data.record import MedADRecord
 from medgrpo.prompts import build_target
 from medgrpo.rewards import (
@@ -482,42 +483,9 @@ def test_settings_are_validated():
 
 
 def columns_of(records, frames):
-    import json
-
-    cols = {
-        k: []
-        for k in (
-            "id",
-            "question",
-            "options",
-            "answer",
-            "task",
-            "modality",
-            "anatomy",
-            "evidence",
-            "bbox",
-            "cot",
-            "source",
-            "box_format",
-            "image_size",
-            "model_image_size",
-        )
-    }
-    for r, f in zip(records, frames, strict=True):
-        cols["id"].append(r.id)
-        cols["question"].append(r.question)
-        cols["options"].append(r.options)
-        cols["answer"].append(r.answer)
-        cols["task"].append(r.task)
-        cols["modality"].append(r.modality or "")
-        cols["anatomy"].append(r.anatomy or "")
-        cols["evidence"].append(json.dumps(r.evidence) if r.evidence else "")
-        cols["bbox"].append(json.dumps(r.bbox) if r.bbox else "")
-        cols["cot"].append(r.cot or "")
-        cols["source"].append(r.source)
-        for k, v in f.to_columns().items():
-            cols[k].append(v)
-    return cols
+    """The GRPO dataset columns the builder writes for these records (what TRL hands the reward functions)."""
+    rows = [grpo_columns(r, f) for r, f in zip(records, frames, strict=True)]
+    return {k: [row[k] for row in rows] for k in rows[0]}
 
 
 def test_reward_functions_match_verify_and_log_the_five_criteria():

@@ -135,6 +135,26 @@ def _json_or_empty(value: Any) -> str:
     return "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
+def grpo_columns(record: MedADRecord, frame: BoxFrame) -> dict[str, Any]:
+    """The GRPO row of one record, without prompt and images: what the reward functions read back with
+    :func:`medgrpo.rewards.records_from_columns` (missing values are ``""`` so Arrow types stay stable)."""
+    return {
+        "id": record.id,
+        "question": record.question,
+        "options": list(record.options),
+        "answer": record.answer,
+        "task": record.task,
+        "modality": record.modality or "",
+        "anatomy": record.anatomy or "",
+        "evidence": _json_or_empty(record.evidence),
+        "bbox": _json_or_empty(record.bbox),
+        "cot": record.cot or "",
+        "source": record.source,
+        **frame.to_columns(),
+        "target": build_target(record, frame),
+    }
+
+
 def to_grpo_dataset(
     records: list[MedADRecord],
     root: str | Path,
@@ -152,23 +172,8 @@ def to_grpo_dataset(
     Missing values are ``""``. Arguments as in :func:`to_sft_dataset`.
     """
     report = report if report is not None else BuildReport()
-    rows = []
-    for record, images, frame in _prepared(records, root, grid, settings, on_bad_record, report):
-        rows.append({
-            "prompt": build_prompt(record, frame, system_prompt),
-            "images": images,
-            "id": record.id,
-            "question": record.question,
-            "options": list(record.options),
-            "answer": record.answer,
-            "task": record.task,
-            "modality": record.modality or "",
-            "anatomy": record.anatomy or "",
-            "evidence": _json_or_empty(record.evidence),
-            "bbox": _json_or_empty(record.bbox),
-            "cot": record.cot or "",
-            "source": record.source,
-            **frame.to_columns(),
-            "target": build_target(record, frame),
-        })
+    rows = [
+        {"prompt": build_prompt(record, frame, system_prompt), "images": images, **grpo_columns(record, frame)}
+        for record, images, frame in _prepared(records, root, grid, settings, on_bad_record, report)
+    ]
     return datasets.Dataset.from_list(rows, features=GRPO_FEATURES)
