@@ -11,9 +11,7 @@ optimises and what evaluation reports cannot drift apart.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,16 +20,13 @@ from typing import Any
 from medgrpo.data.record import LoadReport, MedADRecord, load_records
 from medgrpo.eval.aggregate import build_metrics
 from medgrpo.eval.generate import Generator, Prompt, make_generator, prefix_for_letters
+from medgrpo.eval.predictions import PREDICTIONS, EvalError, read_predictions, write_atomic
+from medgrpo.eval.report import write_report
 from medgrpo.eval.suites import DatasetSpec, Suite, SuiteError, load_suite, suite_for_path
 from medgrpo.prompts import build_prompt
 from medgrpo.rewards.settings import RewardSettings
 
-PREDICTIONS = "predictions.jsonl"
 RUN_FILE = "run.json"
-
-
-class EvalError(ValueError):
-    """The evaluation cannot run as asked (one line: what, where, and what to do)."""
 
 
 @dataclass
@@ -46,28 +41,6 @@ class GenerationConfig:
     top_p: float = 1.0
     seed: int = 0
     evidence_backend: str = "rule"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file through a temporary name in the same folder, then rename: never half-written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-def read_predictions(path: Path) -> list[dict[str, Any]]:
-    """Every complete row of a predictions file; a torn last line (the run was killed mid-write) is dropped."""
-    if not path.is_file():
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # only the last line can be torn: rows are written whole, in order
-    return rows
 
 
 def _load_dataset(spec: DatasetSpec, limit: int | None) -> tuple[list[MedADRecord], LoadReport]:
@@ -190,8 +163,6 @@ def evaluate(
     Raises:
         EvalError, SuiteError, RecordError, ModelLoadError: one line each; nothing is half-written.
     """
-    from medgrpo.eval.report import write_report
-
     if isinstance(suite_or_dataset, Suite):
         suite = suite_or_dataset
     elif str(suite_or_dataset).endswith((".yaml", ".yml")):

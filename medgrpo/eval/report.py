@@ -14,6 +14,7 @@ from typing import Any
 
 from medgrpo.eval.aggregate import EVIDENCE_CRITERIA, HEADLINE, row_metrics
 from medgrpo.eval.metrics import paired_delta_ci
+from medgrpo.eval.predictions import PREDICTIONS, EvalError, read_predictions, write_atomic
 
 _LABELS = {
     "accuracy": "accuracy", "format_failure_rate": "format failures", "consistency": "consistency",
@@ -168,7 +169,6 @@ def write_plots(metrics: dict[str, Any], out: Path) -> dict[str, list[str]]:
 
 def write_report(metrics: dict[str, Any], out: str | Path) -> None:
     """metrics.json, the PNG plots and report.md under ``out`` (each written whole, then renamed into place)."""
-    from medgrpo.eval.evaluate import write_atomic
 
     out = Path(out)
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
@@ -182,7 +182,6 @@ def compare(run_dirs: list[str | Path], n_boot: int = 1000) -> str:
     Deltas are computed on the records both runs scored (matched by dataset and id), with a paired
     percentile-bootstrap 95% interval, so two runs on the same items are compared item by item.
     """
-    from medgrpo.eval.evaluate import PREDICTIONS, EvalError, read_predictions
 
     runs = []
     for d in map(Path, run_dirs):
