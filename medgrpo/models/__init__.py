@@ -1,4 +1,4 @@
-"""Models: the tiny random-init Qwen-VL factory used by tests and the offline demo."""
+"""Models: the tiny random-init Qwen-VL factory (tests, offline demo) and the one checkpoint loader (loading.py)."""
 
 from medgrpo.models.tiny import MODEL_CLASSES, PRESETS, TinyModelError, build_tiny_model, parameter_counts
 
