@@ -1,0 +1,27 @@
+"""`medgrpo demo` chains every stage through the public functions; a few steps of each on the demo model."""
+
+import json
+
+from medgrpo.demo import METRICS, report_markdown, run_demo
+from medgrpo.models.loading import load_model
+
+
+def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
+    quick = {"max_steps": 2, "save_strategy": "no", "report_to": "none", "per_device_train_batch_size": 4}
+    report = run_demo(
+        tmp_path / "demo", n_train=20, n_test=10, seed=1, max_new_tokens=16,
+        sft_overrides=quick, grpo_overrides={**quick, "num_generations": 2, "max_completion_length": 16},
+    )
+    out = tmp_path / "demo"
+    saved = json.loads((out / "demo_report.json").read_text())
+    assert saved["after_sft"].keys() == saved["after_con_grpo"].keys()
+    assert "overall" in saved["after_sft"] and len(saved["after_sft"]) > 1  # overall + every task family present
+    for row in saved["after_sft"].values():
+        assert set(row) == set(METRICS)
+    assert (out / "demo_report.md").read_text() == report_markdown(report)
+    assert (out / "eval_sft" / "metrics.json").is_file() and (out / "eval_con_grpo" / "metrics.json").is_file()
+    assert (out / "export" / "README.md").is_file()
+    assert load_model(out / "export").config.model_type == "qwen2_5_vl"
+    # A second run into the same folder reuses every finished stage instead of training again.
+    again = run_demo(out, n_train=20, n_test=10, seed=1, max_new_tokens=16)
+    assert again["after_con_grpo"] == report["after_con_grpo"]
