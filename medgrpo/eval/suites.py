@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from medgrpo.data.yaml_config import read_yaml_mapping
 from medgrpo.prompts import SYSTEM_PROMPT
 
 
@@ -113,17 +112,7 @@ def load_suite(path: str | Path) -> Suite:
         SuiteError: one line naming the file, the dataset and the field.
     """
     path = Path(path)
-    if not path.is_file():
-        raise SuiteError(f"{path}: no such suite file (suites ship under eval/suites/)")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SuiteError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise SuiteError(f"{path}: must be a mapping with 'name' and 'datasets'")
-    unknown = sorted(set(raw) - _SUITE_KEYS)
-    if unknown:
-        raise SuiteError(f"{path}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(_SUITE_KEYS))})")
+    raw = read_yaml_mapping(path, _SUITE_KEYS, SuiteError, "suite file (suites ship under eval/suites/)")
     datasets = raw.get("datasets")
     if not isinstance(datasets, list) or not datasets:
         raise SuiteError(f"{path}: field 'datasets' must be a non-empty list")

@@ -30,8 +30,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from medgrpo.data.adapters.base import (
     AdapterError,
     ImageRef,
@@ -43,6 +41,7 @@ from medgrpo.data.adapters.base import (
 )
 from medgrpo.data.adapters.medad_mcq import task_name
 from medgrpo.data.record import LETTERS
+from medgrpo.data.yaml_config import read_yaml_mapping
 
 REQUIRED = ("images", "question", "answer")
 OPTIONAL = ("id", "options", "option_columns", "task", "modality", "anatomy", "split", "bbox", "cot", "evidence")
@@ -55,15 +54,9 @@ def load_mapping(path: str | Path | None, default_columns: dict[str, Any] | None
     if path is None:
         return {"columns": dict(default_columns or {}), "_file": "<default mapping>"}
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise AdapterError(f"{path}: cannot read the column mapping ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("columns"), dict):
+    data = read_yaml_mapping(path, _TOP, AdapterError, "column mapping file")
+    if not isinstance(data.get("columns"), dict):
         raise AdapterError(f"{path}: field 'columns': missing (a mapping of record field -> source column)")
-    unknown = sorted(set(data) - set(_TOP))
-    if unknown:
-        raise AdapterError(f"{path}: field '{unknown[0]}': unknown (allowed: {', '.join(_TOP)})")
     bad = sorted(set(data["columns"]) - set(REQUIRED) - set(OPTIONAL))
     if bad:
         raise AdapterError(f"{path}: field 'columns.{bad[0]}': not a record field "

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from medgrpo.data.build.card import render_card
 from medgrpo.data.build.cot import make_teacher, synthesize
 from medgrpo.data.build.evidence import build_evidence, clip_box, mask_boxes
@@ -25,6 +23,7 @@ from medgrpo.data.build.questions import ItemFacts, LetterBalancer, ask
 from medgrpo.data.build.readers import BuildError, SourceItem, load_mask, load_nifti, make_reader
 from medgrpo.data.build.splits import leaks, split_items
 from medgrpo.data.record import MedADRecord, load_records, write_records
+from medgrpo.data.yaml_config import read_yaml_mapping
 
 FIVE_TASKS = ("anomaly_detection", "pathology_characterization", "lesion_localization",
               "modality_classification", "anatomy_identification")
@@ -73,17 +72,7 @@ class BuildConfig:
 def load_config(path: str | Path) -> BuildConfig:
     """Read and check a source YAML; relative ``root`` is taken from the YAML's folder."""
     path = Path(path)
-    if not path.is_file():
-        raise BuildError(f"{path}: config file does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise BuildError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise BuildError(f"{path}: must be a mapping of config fields")
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise BuildError(f"{path}: field '{unknown[0]}': unknown (allowed: {', '.join(sorted(_KEYS))})")
+    raw = read_yaml_mapping(path, _KEYS, BuildError, "source config file")
     for name in ("source", "layout", "root"):
         if not raw.get(name):
             raise BuildError(f"{path}: field '{name}': missing")
