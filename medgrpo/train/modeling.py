@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoProcessor
 
 from medgrpo.data.boxes import BOX_FORMATS, ImageGrid
-from medgrpo.models.loading import check_model_dir, load_model, processor_source
+from medgrpo.models.loading import check_model_dir, load_model, set_pixel_limits
+from medgrpo.models.loading import load_processor as load_run_processor
 from medgrpo.train.args import DataArguments, MedModelConfig
 
 
@@ -39,14 +39,10 @@ def check_model_path(path: str | None) -> None:
 
 
 def load_processor(path: str, data_args: DataArguments, trust_remote_code: bool = False):
-    """The model's processor with the recipe's pixel limits (left padding, as generation needs)."""
-    processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    size = dict(processor.image_processor.size)
-    if data_args.min_pixels is not None:
-        size["shortest_edge"] = data_args.min_pixels
-    if data_args.max_pixels is not None:
-        size["longest_edge"] = data_args.max_pixels
-    processor.image_processor.size = size
+    """The run's processor (:func:`medgrpo.models.loading.load_processor`) with the recipe's pixel limits on top,
+    left-padded as generation needs."""
+    processor = load_run_processor(path, trust_remote_code=trust_remote_code)
+    set_pixel_limits(processor, data_args.min_pixels, data_args.max_pixels)
     processor.tokenizer.padding_side = "left"
     return processor
 
@@ -78,8 +74,7 @@ def load_for_training(model_args: MedModelConfig, data_args: DataArguments, trus
         trust_remote_code=trust_remote_code,
         attn_implementation=model_args.attn_implementation,
     )
-    source = processor_source(Path(path)) if Path(path).is_dir() else path
-    processor = load_processor(source, data_args, trust_remote_code=trust_remote_code)
+    processor = load_processor(path, data_args, trust_remote_code=trust_remote_code)
     if model_args.freeze_vision_tower:
         freeze_vision_tower(model)
     return model, processor, image_grid(processor, model.config.model_type)
