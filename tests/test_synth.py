@@ -278,3 +278,25 @@ def test_brief_cot_keeps_the_claims_in_fewer_words(tmp_path):
         assert b.cot.rstrip(".").endswith(f"{b.answer} ({b.answer_text()})")
         for box in b.bbox or []:
             assert format_box(box) in b.cot
+
+
+def test_canonical_option_order_lists_classes_in_order_and_keeps_everything_else(tmp_path):
+    shuffled = load_records(generate_synth(tmp_path / "s", n_train=120, n_test=5, seed=4), split="train")
+    canonical = load_records(generate_synth(tmp_path / "c", n_train=120, n_test=5, seed=4,
+                                            option_order="canonical"), split="train")
+    for s, c in zip(shuffled, canonical, strict=True):
+        classes = synth_mod._CLASSES[c.task]
+        shown = [o.removesuffix(" quadrant") for o in c.options]
+        assert [classes.index(o) for o in shown] == sorted(classes.index(o) for o in shown)
+        # the same scene, class and option set; only the order, hence the letter, differs
+        assert (s.id, s.images, s.answer_text(), sorted(s.options)) == (c.id, c.images, c.answer_text(),
+                                                                         sorted(c.options))
+        assert c.cot.rstrip(".").endswith(f"{c.answer} ({c.answer_text()})")
+    # every letter still occurs: the letter depends on which distractors are shown
+    assert set(Counter(r.answer for r in canonical)) == set(LETTERS[:4])
+    assert "--option-order canonical" in (tmp_path / "c" / "README.md").read_text()
+
+
+def test_bad_option_order_is_one_line_error(tmp_path):
+    with pytest.raises(SynthError, match="--option-order"):
+        generate_synth(tmp_path / "x", n_train=2, n_test=1, option_order="sorted")

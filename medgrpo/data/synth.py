@@ -147,12 +147,23 @@ def _schedule(rng: np.random.Generator, classes: tuple[str, ...] | str, n: int) 
     return pool
 
 
-def _options(rng: np.random.Generator, correct: str, classes: tuple[str, ...], letter: str) -> list[str]:
-    """Four options: ``correct`` at ``letter``, three other classes, uniformly chosen, elsewhere."""
+OPTION_ORDERS = ("shuffled", "canonical")
+"""``shuffled``: the correct option's letter follows a balanced schedule (the benchmark). ``canonical``: the four
+options are listed in the task's class order, so the letter is a function of the image's class and of which
+distractors are shown (no symbol binding needed: the CPU demo's tiny model cannot learn binding in minutes)."""
+
+
+def _options(rng: np.random.Generator, correct: str, classes: tuple[str, ...], letter: str,
+             order: str = "shuffled") -> tuple[list[str], str]:
+    """Four options (``correct`` and three other classes, uniformly chosen) and the correct option's letter:
+    ``letter`` when ``order="shuffled"``; its place in class order when ``order="canonical"``."""
     others = [c for c in classes if c != correct]
     distractors = [others[i] for i in rng.permutation(len(others))[: N_OPTIONS - 1]]
+    if order == "canonical":
+        options = sorted([correct, *distractors], key=classes.index)
+        return options, LETTERS[options.index(correct)]
     slot = LETTERS.index(letter)
-    return distractors[:slot] + [correct] + distractors[slot:]
+    return distractors[:slot] + [correct] + distractors[slot:], letter
 
 
 def _finding_text(kind: str, modality: str, size: str, boxes: list[list[float]], quadrants: list[str],
@@ -274,7 +285,7 @@ def _cot(rng: np.random.Generator, task: str, target: str, scene: Scene, quadran
 
 
 def _make_record(split: str, index: int, task: str, target: str, letter: str, difficulty: str, seed: int,
-                 root: Path, cot_style: str = "full") -> MedADRecord:
+                 root: Path, cot_style: str = "full", option_order: str = "shuffled") -> MedADRecord:
     """Draw one scene for ``task`` whose correct class is ``target``, save its image under ``root``."""
     rng = np.random.default_rng([seed, _SPLIT_STREAM[split], index])
     scene, quadrants, level = _scene(rng, task, target, difficulty)
@@ -284,7 +295,7 @@ def _make_record(split: str, index: int, task: str, target: str, letter: str, di
 
     shown = [f"{c} quadrant" if task == "lesion_localization" else c for c in _CLASSES[task]]
     answer_text = shown[_CLASSES[task].index(target)]
-    options = _options(rng, answer_text, tuple(shown), letter)
+    options, letter = _options(rng, answer_text, tuple(shown), letter, option_order)
     question = str(rng.choice(_QUESTIONS[task])).format(phrase=_PHRASE[scene.modality], anatomy=scene.anatomy)
     if task in ("anomaly_detection", "lesion_localization"):
         question += _SIDES_NOTE
@@ -324,9 +335,11 @@ def _evidence(scene: Scene, quadrants: list[str], size: str | None) -> dict[str,
     }
 
 
-def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "full") -> list[MedADRecord]:
+def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "full",
+                option_order: str = "shuffled") -> list[MedADRecord]:
     """``n`` records of one split, images written to ``root/images``; tasks, answer classes, answer letters
-    and difficulties each follow their own balanced schedule so that every count is equal to within one."""
+    (shuffled order) and difficulties each follow their own balanced schedule so that every count is equal to
+    within one."""
     plan = np.random.default_rng([seed, _SPLIT_STREAM[split], 2**31])
     tasks = _schedule(plan, TASK_FAMILIES, n)
     by_task = Counter(tasks)
@@ -339,7 +352,7 @@ def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "ful
         k = seen[task]
         seen[task] += 1
         records.append(_make_record(split, index, task, targets[task][k], letters[task][k], levels[task][k],
-                                    seed, root, cot_style))
+                                    seed, root, cot_style, option_order))
     return records
 
 
@@ -370,8 +383,16 @@ options -> letter, and the option most often right in training.
 """How learnability was checked, with the figures eval/synth_baselines.py printed (seed 0, 3000/1000)."""
 
 
-def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int) -> None:
+def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int, cot_style: str = "full",
+               option_order: str = "shuffled") -> None:
     """The dataset card: what the data is, how it was made, and its counts per task/modality/letter/difficulty."""
+    flags = "".join(f" --{flag} {value}" for flag, value, default in
+                    (("cot-style", cot_style, "full"), ("option-order", option_order, "shuffled")) if value != default)
+    order = ("Correct classes, answer letters and difficulties follow\n  balanced shuffled schedules; distractors "
+             "are uniform over the other classes." if option_order == "shuffled" else
+             "Correct classes and difficulties follow balanced shuffled\n  schedules; distractors are uniform over "
+             "the other classes; options are listed in class order (`--option-order canonical`),\n  so the answer "
+             "letter follows from the class and the distractors shown.")
     lines = [
         "# MedAD-Synth",
         "",
@@ -379,7 +400,7 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int) -> N
         "and learning curves. Not real patient data; no finding here has clinical meaning.",
         "",
         f"Generated by `medgrpo synth --seed {seed} --n-train {len(splits['train'])} "
-        f"--n-test {len(splits['test'])}`; the same seed gives byte-identical files.",
+        f"--n-test {len(splits['test'])}{flags}`; the same seed gives byte-identical files.",
         "",
         "- Files: `train.jsonl` and `test.jsonl` (one MedAD record per line; check with `medgrpo data validate`),",
         "  `images/<split>_<index>.png` (one image per record; grey modalities as 8-bit L, colour as RGB).",
@@ -390,8 +411,7 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int) -> N
         "- Locations are image quadrants; left and right are the image's as displayed. `bbox` and the `<box>` in",
         "  `cot` are tight boxes around the drawn lesion in original pixels.",
         "- Tasks: the five MedAD-38K families, 4 options each. Anomaly detection asks presence and side (no",
-        "  abnormality / left / right / both sides). Correct classes, answer letters and difficulties follow",
-        "  balanced shuffled schedules; distractors are uniform over the other classes.",
+        f"  abnormality / left / right / both sides). {order}",
         "- Difficulty is the last part of each id: easy (radius 11-14 px, contrast 0.40), medium (7-10 px,",
         "  0.26), hard (4-6 px, 0.16), normal (no lesion). `medgrpo.data.synth.difficulty_of(id)` reads it.",
         "",
@@ -411,7 +431,7 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int) -> N
 
 
 def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, seed: int = 0,
-                   overwrite: bool = False, cot_style: str = "full") -> Path:
+                   overwrite: bool = False, cot_style: str = "full", option_order: str = "shuffled") -> Path:
     """Generate MedAD-Synth into ``out_dir`` and return it.
 
     The folder is built under a temporary name next to ``out_dir``, validated with
@@ -425,6 +445,8 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
         overwrite: replace an existing non-empty ``out_dir`` (otherwise that is an error).
         cot_style: ``"full"`` gold reasoning, or ``"brief"`` (same claims, about a third of the tokens: the CPU
             demo uses it so that a tiny model's completions fit a small generation budget).
+        option_order: ``"shuffled"`` (the benchmark) or ``"canonical"`` (options in class order; see
+            :data:`OPTION_ORDERS`).
 
     Raises:
         SynthError: bad counts, or ``out_dir`` exists and is not empty without ``overwrite``.
@@ -432,6 +454,8 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
     out = Path(out_dir)
     if cot_style not in ("full", "brief"):
         raise SynthError(f"--cot-style must be 'full' or 'brief', not '{cot_style}'")
+    if option_order not in OPTION_ORDERS:
+        raise SynthError(f"--option-order must be 'shuffled' or 'canonical', not '{option_order}'")
     if n_train < 1 or n_test < 1:
         raise SynthError(f"--n-train and --n-test must be >= 1 (got {n_train} and {n_test})")
     if out.exists() and not out.is_dir():
@@ -442,10 +466,10 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         (tmp / "images").mkdir()
-        splits = {name: synth_split(name, n, seed, tmp, cot_style) for name, n in (("train", n_train), ("test", n_test))}
+        splits = {name: synth_split(name, n, seed, tmp, cot_style, option_order) for name, n in (("train", n_train), ("test", n_test))}
         for name, records in splits.items():
             write_records(records, tmp / f"{name}.jsonl")
-        write_card(tmp / "README.md", splits, seed)
+        write_card(tmp / "README.md", splits, seed, cot_style, option_order)
         load_records(tmp)  # every generated row must pass the loader's validation
         os.chmod(tmp, 0o755)
         if out.exists():
@@ -471,11 +495,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
     parser.add_argument("--cot-style", choices=["full", "brief"], default="full",
                         help="gold reasoning: full, or brief (same claims, fewer tokens; the CPU demo's choice)")
+    parser.add_argument("--option-order", choices=list(OPTION_ORDERS), default="shuffled",
+                        help="shuffled (balanced answer letters; the benchmark) or canonical (options in class "
+                             "order, so no letter binding is needed; the CPU demo's choice)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
         out = generate_synth(args.out, args.n_train, args.n_test, args.seed, overwrite=args.overwrite,
-                             cot_style=args.cot_style)
+                             cot_style=args.cot_style, option_order=args.option_order)
     except (SynthError, RecordError, OSError) as exc:
         print(f"medgrpo: {exc}", file=sys.stderr)
         return 2
