@@ -8,8 +8,9 @@ Completions are MedAD-Synth gold targets padded with extra reasoning sentences t
 (wrong letters, missing boxes, hedges) so that every completion is distinct. Two figures: sentences shared
 between completions as in a GRPO group (the claim reader caches sentences), and every sentence new (the worst
 case). The five reward functions are called the way TRL calls them, one after the other on the same batch, so
-the figures include the cache that lets four of them reuse the first one's work. Times are CPU time of this
-process, so other load on the machine does not count.
+the figures include the sharing that lets four of them reuse the first one's results. Every cache (sentences,
+records, results) starts empty for each figure. Times are CPU time of this process, so other load on the
+machine does not count (it still slows the process down: compare figures measured side by side).
 """
 
 from __future__ import annotations
@@ -79,12 +80,12 @@ def columns_for(records, frames, rows) -> dict[str, list]:
 def clear_caches() -> None:
     from medgrpo.rewards.claims import read, read_sentence
     from medgrpo.rewards.columns import _row
-    from medgrpo.rewards.consistency import committed
+    from medgrpo.rewards.consistency import by_content
+    from medgrpo.rewards.evidence import _checks
     from medgrpo.rewards.facts import _facts
-    from medgrpo.rewards.parsing import _parse_text
     from medgrpo.rewards.verify import raw_scores
 
-    for fn in (raw_scores, read, read_sentence, committed, _parse_text, _row, _facts):
+    for fn in (raw_scores, read, read_sentence, by_content, _row, _facts, _checks):
         fn.cache_clear()
 
 

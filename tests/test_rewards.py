@@ -583,3 +583,64 @@ def test_silence_earns_no_evidence():
         scores = verify(completion, record)
         assert scores["evidence"] == 0.0
         assert scores["evidence/no_hallucination"] == scores["evidence/no_contradiction"] == 0.0
+
+
+# ---- the fast paths score like the plain definitions --------------------------------------------------------
+
+
+def test_reward_functions_share_a_batch_only_when_texts_columns_and_settings_match():
+    """TRL calls the five functions one after the other on one batch; they share the scoring, but a function
+    with other settings, other completions or other records never gets another batch's scores."""
+    records = [r for r, _ in HONEST.values()]
+    frames = [ABS] * len(records)
+    texts = [c for _, c in HONEST.values()]
+    texts[1] = done("No lesion; the answer is C.", "C")
+    cols = columns_of(records, frames)
+    shaped = RewardSettings(gate_on_correct=True, zero_on_format_failure=True, grounding_metric="giou")
+    plain, gated = build_reward_funcs(list(REWARDS)), build_reward_funcs(list(REWARDS), shaped)
+    for fa, fb in zip(plain, gated, strict=True):  # interleaved: each call follows one with other settings
+        for func, settings in ((fa, None), (fb, shaped)):
+            scores = [verify(t, r, f, settings) for t, r, f in zip(texts, records, frames, strict=True)]
+            expected = [s[func.__name__] for s in scores]
+            assert func(prompts=None, completions=texts, **cols) == expected, func.__name__
+    swapped = columns_of(records[::-1], frames)  # the same texts against other records
+    expected = [verify(t, r, ABS)["evidence"] for t, r in zip(texts, records[::-1], strict=True)]
+    assert plain[3](prompts=None, completions=texts, **swapped) == expected
+    other = texts[::-1]  # the same column objects with other completions
+    expected = [verify(t, r, ABS)["evidence"] for t, r in zip(other, records[::-1], strict=True)]
+    assert plain[3](prompts=None, completions=other, **swapped) == expected
+
+
+def test_sentence_splitting_matches_its_definition():
+    """Sentences end at whitespace after . ! ? and at line breaks; the fast path for texts with only periods
+    must split exactly like that definition (every short string over a tricky alphabet)."""
+    import itertools
+    import re
+
+    from medgrpo.rewards.claims import _sentences
+
+    definition = re.compile(r"(?<=[.!?])\s+|\n")
+    alphabet = [".", "!", "?", " ", "\n", "\t", "\u00a0", "a"]
+    for n in range(6):
+        for chars in itertools.product(alphabet, repeat=n):
+            text = "".join(chars)
+            assert _sentences(text) == definition.split(text), repr(text)
+
+
+def test_claim_words_start_and_end_at_word_boundaries_in_any_script():
+    from medgrpo.rewards.claims import read
+
+    assert read("ümass").asserted == frozenset()  # "ü" is a letter: no word starts at "m"
+    assert read("ü mass").asserted == {"mass"}
+    assert read("massü").asserted == frozenset()
+    assert read("an x-ray of the chest_wall").asserted == {"xray"}  # "_" joins words
+    assert read("no mass, left side").denied == {"mass"} and read("no mass, left side").asserted == {"left"}
+    assert read("The answer is (C).").sentences[0].letters == {"C"}
+    assert read("<box>[1, 2, 3, 4]</box>, no mass").sentences[0].boxes == 1
+
+
+def test_strict_format_tells_a_less_than_sign_from_a_tag():
+    assert parse_completion(done("Density a < b at the rim.", "B")).strict
+    assert not parse_completion(done("Density a <Think> b.", "B")).strict
+    assert not parse_completion(done("See < box >[1, 2, 3, 4]</box>.", "B")).strict
+    assert not parse_completion(done("Fine.", "B") + "<box>[1, 2, 3, 4]</box>").strict

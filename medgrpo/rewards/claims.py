@@ -2,10 +2,10 @@
 letters it commits to, whether it draws a conclusion, and which polarity (normal / abnormal) it states.
 
 The text is split into sentences (at ``. ! ?`` before whitespace, and at line breaks); each sentence is read
-once and cached, since the completions of one prompt repeat many sentences. One regular-expression pass over
-the lower-cased sentence finds clause breaks, cited boxes and the words of interest (lexicon phrases,
+once and cached, since the completions of one prompt repeat many sentences. Two regular-expression scans of
+the lower-cased sentence find the clause breaks and cited boxes, and the words of interest (lexicon phrases,
 negation and conclusion cues, compiled as one prefix trie so the scan is cheap); a linear walk over the
-matches decides whether each mention is denied:
+matches, in order, decides whether each mention is denied:
 
 * a *pre* cue (``no``, ``not``, ``without``, ``rather than``, ``unlikely``, ...) denies every mention after it
   up to the end of its clause (clauses end at ``, ; :`` and at ``but``/``however``/``whereas``...);
@@ -24,11 +24,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
+from operator import methodcaller
 
 from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, PHRASES, trie_pattern
 
 _FINDING_CATS = ("finding", "generic")
+DESCRIPTOR_CATEGORIES = ("laterality", "location", "appearance", "size")
+"""Categories whose concepts describe a finding rather than the whole image."""
 
 # word or phrase -> its kind; lexicon phrases are kind "c" (concept).
 _CUES: dict[str, str] = {
@@ -116,20 +118,30 @@ _CUES: dict[str, str] = {
 }
 _KIND: dict[str, str] = {**dict.fromkeys(PHRASES, "c"), **_CUES}
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
-_SCAN = re.compile(
-    r"(<box>.*?</box>)"  # 1: a cited box (its commas are not clause breaks)
-    r"|([.!?](?=\s|\Z))"  # 2: a sentence's final stop (nothing to do)
-    r"|([,;:])"  # 3: clause break
-    r"|\(([a-j])\)"  # 4: "(C)"
-    rf"|(?=[a-z])\b({trie_pattern(sorted(_KIND))})\b",  # 5: a word of interest
-    re.DOTALL,
-)
+# Sentences end at whitespace after ". ! ?" and at line breaks. The stop is matched (and captured, to be put
+# back) rather than looked behind for, so the regex engine can jump between the few candidate characters; a
+# text without "!", "?" or line breaks (most reasonings) takes the narrower, faster pattern.
+_SENTENCE_END = re.compile(r"([.!?\n])(?:(?<=[.!?])\s+|(?<=\n))")
+_PERIOD_END = re.compile(r"\.\s+")
+# Two scans of a lower-cased sentence, merged by position: the marks (a cited box, whose commas are no clause
+# breaks; a clause break; "(C)") and the words of interest (lexicon phrases and cues, as one prefix trie).
+# Each starts with a character class, which lets the regex engine jump between candidate positions: the marks
+# with one of five characters, a word with the non-word character before it (the sentence gets a leading
+# space).
+_MARKS = re.compile(r"<box>.*?</box>|,|;|:|\([a-j]\)", re.DOTALL)
+_WORDS = re.compile(rf"\W({trie_pattern(sorted(_KIND))})\b")
+_WORDS_ASCII = re.compile(_WORDS.pattern, re.ASCII)  # the same on ASCII text, with a cheaper test for \W
 _LETTER_AFTER = re.compile(r"\s*(?:is\s+|would\s+be\s+|:\s*)?\(?([A-J])\)?(?!\w)")
 
 
-class Sentence(NamedTuple):
-    """The claims of one sentence; ``low`` is its lower-cased text (hyphens as spaces)."""
+@dataclass(eq=False, slots=True)
+class Sentence:
+    """The claims of one sentence; ``low`` is its lower-cased text (hyphens as spaces).
+
+    Compared and hashed by identity: :func:`read_sentence` returns one shared object per distinct sentence, so
+    the per-(sentence, record) cache of the verifiers costs a pointer hash. Never mutated (not frozen only
+    because a frozen dataclass is slow to build, and every new sentence builds one).
+    """
 
     low: str
     asserted: frozenset[str]
@@ -139,23 +151,26 @@ class Sentence(NamedTuple):
     cue: bool  # it draws a conclusion ("therefore", "consistent with", "the answer is")
     boxes: int
     polarity: frozenset[str]  # subset of {"normal", "abnormal"}
-    is_finding: bool  # it asserts a finding or cites a box: its descriptors belong to that finding
+    descriptors: frozenset[str]  # when it asserts a finding or cites a box: the descriptors of that finding
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class Reading:
     """The claims of a whole text, sentence by sentence (in order); ``low`` is the lower-cased text (hyphens
-    as spaces)."""
+    as spaces). Never mutated (not frozen for the same reason as :class:`Sentence`)."""
 
     low: str
     sentences: tuple[Sentence, ...]
     asserted: frozenset[str]
     denied: frozenset[str]
     polarity: frozenset[str]
+    descriptors: frozenset[str]  # the finding descriptors of every sentence that describes a finding
 
 
 _NO_SET: frozenset[str] = frozenset()
+_start = methodcaller("start")
 _IS_FINDING = {c: CATEGORY[c] in _FINDING_CATS for c in CATEGORY}
+_IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
 
 
 def _flush(
@@ -194,6 +209,12 @@ def read_sentence(text: str) -> Sentence | None:
         text = text.encode("ascii", "replace").decode("ascii")
         low = text.lower()
     low = low.replace("-", " ")
+    if not low.strip():
+        return None
+    words = list((_WORDS_ASCII if low.isascii() else _WORDS).finditer(" " + low))
+    marks = list(_MARKS.finditer(low))
+    if not words and not marks:  # nothing of interest (common): no clause bookkeeping
+        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET)
     boxes = 0
     cue = neg = neut = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
@@ -202,10 +223,12 @@ def read_sentence(text: str) -> Sentence | None:
     letters: set[str] = set()
     denied_letters: set[str] = set()
     polarity: set[str] = set()
-    for m in _SCAN.finditer(low):
-        group = m.lastindex
-        if group == 5:
-            word = m.group(5)
+    covered = 0  # the end of the last box or "(C)": nothing inside them is a claim
+    for m in sorted(marks + words, key=_start) if marks and words else marks or words:
+        if m.re is not _MARKS:  # a word; positions in " " + low: m.start() is the word's, m.end() one past it
+            if m.start() < covered:
+                continue
+            word = m.group(1)
             kind = _KIND[word]
             if kind == "c":
                 clause.append([PHRASES[word], neg])
@@ -215,7 +238,7 @@ def read_sentence(text: str) -> Sentence | None:
                 cue = True
             elif kind == "intro":
                 cue = cue or word == "answer"
-                after = _LETTER_AFTER.match(text, m.end())
+                after = _LETTER_AFTER.match(text, m.end() - 1)
                 if after:
                     cue = True
                     clause.append(["#" + after.group(1), neg])
@@ -227,21 +250,25 @@ def read_sentence(text: str) -> Sentence | None:
             else:  # "clause"
                 _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
                 clause, neg, neut = [], False, False
-        elif group == 3:
-            _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
-            clause, neg, neut = [], False, False
-        elif group == 1:
+        elif m.start() < covered:
+            continue
+        elif low[m.start()] == "<":
             boxes += 1
-        elif group == 4:  # "(c)": a letter only when written in upper case
-            letter = text[m.start(4)]
+            covered = m.end()
+        elif low[m.start()] == "(":  # "(c)": a letter only when written in upper case
+            covered = m.end()
+            letter = text[m.start() + 1]
             if letter.isupper():
                 clause.append(["#" + letter, neg])
+        else:
+            _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
+            clause, neg, neut = [], False, False
     _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
-    if not low.strip():
-        return None
     for whole, parts in IMPLIED.items():
         if parts <= asserted:
             asserted.add(whole)
+    is_finding = boxes > 0 or any(_IS_FINDING[c] for c in asserted)
+    descriptors = frozenset(c for c in asserted if _IS_DESCRIPTOR[c]) if is_finding else _NO_SET
     return Sentence(
         low,
         frozenset(asserted) if asserted else _NO_SET,
@@ -251,18 +278,38 @@ def read_sentence(text: str) -> Sentence | None:
         cue,
         boxes,
         frozenset(polarity) if polarity else _NO_SET,
-        boxes > 0 or any(_IS_FINDING[c] for c in asserted),
+        descriptors or _NO_SET,
+    )
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of a text, each with its stop; line breaks are dropped."""
+    if "\n" not in text and "!" not in text and "?" not in text:
+        parts = _PERIOD_END.split(text)
+        sentences = [piece + "." for piece in parts[:-1]]
+    else:
+        parts = _SENTENCE_END.split(text)  # sentence, its stop, sentence, its stop, ..., the last sentence
+        stops = zip(parts[::2], parts[1::2], strict=False)  # the last sentence has no stop
+        sentences = [piece if stop == "\n" else piece + stop for piece, stop in stops]
+    sentences.append(parts[-1])
+    return sentences
+
+
+def reading_of(text: str) -> Reading:
+    """Read a text into its claims, sentence by sentence (each sentence read once and cached)."""
+    sentences = [s for s in map(read_sentence, _sentences(text)) if s is not None]
+    return Reading(
+        text.lower().replace("-", " "),
+        tuple(sentences),
+        _NO_SET.union(*[x.asserted for x in sentences]),
+        _NO_SET.union(*[x.denied for x in sentences]),
+        _NO_SET.union(*[x.polarity for x in sentences]),
+        _NO_SET.union(*[x.descriptors for x in sentences]),
     )
 
 
 @lru_cache(maxsize=1 << 15)
 def read(text: str) -> Reading:
-    """Read a text (a reasoning, an option, a question) into its claims, sentence by sentence; cached."""
-    sentences = [s for s in map(read_sentence, _SENTENCE_END.split(text)) if s is not None]
-    return Reading(
-        text.lower().replace("-", " "),
-        tuple(sentences),
-        frozenset().union(*(x.asserted for x in sentences)),
-        frozenset().union(*(x.denied for x in sentences)),
-        frozenset().union(*(x.polarity for x in sentences)),
-    )
+    """:func:`reading_of`, cached: for the short texts read again and again (options, questions, answers).
+    A completion's reasoning, read once, goes to :func:`reading_of` directly."""
+    return reading_of(text)

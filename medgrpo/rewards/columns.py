@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 from medgrpo.data.boxes import BoxFrame
@@ -107,6 +108,10 @@ def _row(key: tuple) -> tuple[MedADRecord, BoxFrame | None, RecordFacts]:
     return record, _frame(v["box_format"], v["image_size"], v["model_image_size"]), facts_of(record)
 
 
+_SCALARS = {str, int, float}
+_STR_OR_NONE = {str, type(None)}
+
+
 def _freeze(value: Any) -> Any:
     if value is None or type(value) is str:
         return value
@@ -114,9 +119,21 @@ def _freeze(value: Any) -> Any:
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True, default=str)
-    if value is None or isinstance(value, str | int | float):
+    if isinstance(value, str | int | float):
         return value
     return repr(value)  # anything else cannot be a valid field: keep the key hashable
+
+
+def _frozen(column: list | tuple, n: int) -> list:
+    """The first ``n`` values of a column as hashable key parts (None past its end). The common columns take
+    a fast path: strings pass as they are, lists of strings or numbers (options, sizes) become tuples."""
+    values = list(column[:n]) + [None] * (n - len(column))
+    types = set(map(type, values))
+    if types <= _STR_OR_NONE:
+        return values
+    if types == {list} and set(map(type, chain.from_iterable(values))) <= _SCALARS:
+        return [tuple(v) for v in values]
+    return [_freeze(v) for v in values]
 
 
 _last: list[Any] = [(), None]  # (the column objects of the last call, its rows)
@@ -140,7 +157,7 @@ def rows_from_columns(
         and all(a is b for a, b in zip(held, cols, strict=True))
     ):
         return rows
-    rows = [_row(tuple(_freeze(c[i]) if i < len(c) else None for c in cols)) for i in range(n)]
+    rows = [_row(key) for key in zip(*(_frozen(c, n) for c in cols), strict=True)]
     _last[:] = [cols, rows]
     return rows
 

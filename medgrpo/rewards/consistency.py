@@ -4,11 +4,11 @@ MedAD-R1 reports reasoning-answer consistency next to accuracy; CAPO/MCR find th
 consistency works better than judging whether the reasoning is correct. The conclusion is read from the
 reasoning itself, never from the answer block:
 
-1. Commitments per sentence (:func:`committed`): option letters in explicit form ("the answer is C", "option
-   C", "(C)"), an option's text (through the lexicon, so "hyperdense nodule" names the option "Bright mass";
-   the most specific option wins when one option's text contains another's), or, for options that stand for a
-   polarity ("Normal", "No lesion", "Yes" to "is there a lesion?"), the polarity the sentence states. Denied
-   mentions ("not C", "rather than a cyst") commit to nothing.
+1. Commitments per sentence: option letters in explicit form ("the answer is C", "option C", "(C)":
+   :func:`by_letter`), an option's text (through the lexicon, so "hyperdense nodule" names the option "Bright
+   mass"; the most specific option wins when one option's text contains another's), or, for options that stand
+   for a polarity ("Normal", "No lesion", "Yes" to "is there a lesion?"), the polarity the sentence states
+   (:func:`by_content`). Denied mentions ("not C", "rather than a cyst") commit to nothing.
 2. The conclusion is the last sentence with a conclusion cue ("therefore", "consistent with", "the answer")
    that commits to something; failing that, the last sentence that commits to something.
 
@@ -34,6 +34,7 @@ NO_CONCLUSION = 0.25
 
 _OPPOSITE = {"normal": "abnormal", "abnormal": "normal"}
 _POLAR = frozenset(_OPPOSITE)
+_NONE: frozenset[str] = frozenset()
 
 
 class Verdict(NamedTuple):
@@ -61,11 +62,16 @@ def _literal_in(low: str, phrase: str) -> bool:
     return False
 
 
-@lru_cache(maxsize=1 << 16)
-def committed(sentence: Sentence, facts: RecordFacts, letters: bool = True) -> frozenset[str]:
-    """The option letters one sentence commits to, not counting denied mentions:
+def by_letter(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
+    """The record's option letters a sentence commits to explicitly ("the answer is C", "option C", "(C)"),
+    not counting denied ones ("not C", "rather than (C)")."""
+    return sentence.letters.intersection(facts.letters) - sentence.denied_letters
 
-    * by letter (when ``letters``): "the answer is C", "option C", "(C)";
+
+@lru_cache(maxsize=1 << 16)
+def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
+    """The option letters one sentence commits to by content, not counting denied mentions:
+
     * an option that stands for a polarity ("no abnormality", "abnormality on the left side"): the sentence
       states that polarity alone, and asserts the option's other concepts ("left");
     * any other option: its text, word for word; or, when no other option has the same lexicon concepts
@@ -75,7 +81,7 @@ def committed(sentence: Sentence, facts: RecordFacts, letters: bool = True) -> f
     option naming a part ("left side") loses to one naming the whole ("both sides", see ``IMPLIED``).
     Cached: sentences recur across the completions of one prompt.
     """
-    hits = set(sentence.letters & set(facts.letters)) - sentence.denied_letters if letters else set()
+    hits: set[str] = set()
     by_text: list[int] = []
     for i, concepts in enumerate(facts.option_concepts):
         polarity = facts.option_polarity[i]
@@ -101,7 +107,7 @@ def committed(sentence: Sentence, facts: RecordFacts, letters: bool = True) -> f
             for j in by_text
         ):
             hits.add(facts.letters[i])
-    return frozenset(hits)
+    return frozenset(hits) if hits else _NONE
 
 
 def _part_of(concepts: frozenset[str], other: frozenset[str]) -> bool:
@@ -111,19 +117,34 @@ def _part_of(concepts: frozenset[str], other: frozenset[str]) -> bool:
     )
 
 
-def conclusion(reading: Reading, facts: RecordFacts) -> tuple[frozenset[str], int]:
-    """The options the reasoning's concluding sentence commits to, and that sentence's index (empty and the
-    number of sentences when it concludes nothing)."""
-    fallback: tuple[frozenset[str], int] = (frozenset(), len(reading.sentences))
-    for index in range(len(reading.sentences) - 1, -1, -1):
-        sentence = reading.sentences[index]
-        hits = committed(sentence, facts)
-        if hits:
-            if sentence.cue:
-                return hits, index
-            if not fallback[0]:
-                fallback = (hits, index)
-    return fallback
+class Commitments(NamedTuple):
+    """What a reasoning commits to, for one multiple-choice record (all empty for an open-ended one)."""
+
+    hits: frozenset[str]  # the options its concluding sentence commits to, by letter or content
+    index: int  # the concluding sentence's index; the number of sentences when nothing concludes
+    body: frozenset[str]  # the options the sentences before the conclusion commit to by content
+    content: frozenset[str]  # the options any sentence commits to by content
+
+
+def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
+    """The conclusion (rule 2 above) and the content commitments before and around it, in one pass over the
+    sentences: consistency and three evidence criteria all need them."""
+    sentences = reading.sentences
+    if not facts.is_mcq:
+        return Commitments(_NONE, len(sentences), _NONE, _NONE)
+    content = [by_content(s, facts) for s in sentences]
+    hits, index = _NONE, len(sentences)  # the last sentence that commits to something, unless a cue comes
+    for i in range(len(sentences) - 1, -1, -1):
+        s = sentences[i]
+        committed = content[i] | by_letter(s, facts) if s.letters else content[i]
+        if committed:
+            if s.cue:
+                hits, index = committed, i
+                break
+            if not hits:
+                hits, index = committed, i
+    body = _NONE.union(*content[:index])
+    return Commitments(hits, index, body, body.union(*content[index:]))
 
 
 def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
@@ -146,7 +167,11 @@ def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
 
 
 def consistency_verdict(
-    reading: Reading | None, facts: RecordFacts, answer: str | None, choice: str | None
+    reading: Reading | None,
+    facts: RecordFacts,
+    answer: str | None,
+    choice: str | None,
+    argument: Commitments,
 ) -> Verdict:
     """Score reasoning-answer consistency (see the module docstring for the exact rules).
 
@@ -155,6 +180,7 @@ def consistency_verdict(
         facts: the record's facts.
         answer: the ``<answer>`` content (None unless exactly one answer block).
         choice: the option letter the answer commits to (None when it is not a valid single option).
+        argument: :func:`commitments` of the reading (of an empty one when there is none).
     """
     if reading is None or not reading.sentences:
         return Verdict(0.0, "empty")
@@ -167,12 +193,11 @@ def consistency_verdict(
         return Verdict(0.0, "contradict")
     if polarity is not None and len(reading.polarity) == 2:
         return Verdict(0.0, "contradict")
-    hits, index = conclusion(reading, facts)
+    hits, index, _, _ = argument
     if hits:
         sentence = reading.sentences[index]
-        by_letter = (sentence.letters & set(facts.letters)) - sentence.denied_letters
-        by_text = committed(sentence, facts, letters=False)
-        if by_letter and by_text and not by_letter & by_text:  # "both sides, so the answer is B"
+        letters, content = by_letter(sentence, facts), by_content(sentence, facts)
+        if letters and content and not letters & content:  # "both sides, so the answer is B"
             return Verdict(0.0, "contradict")
     if not hits:
         if polarity is not None and reading.polarity == {polarity}:

@@ -44,69 +44,105 @@ record's structured ``evidence``, ``modality``, ``anatomy`` and ``bbox``. Every 
 
 from __future__ import annotations
 
-from medgrpo.data.boxes import BoxFrame
-from medgrpo.rewards.claims import Reading, read
-from medgrpo.rewards.consistency import Verdict, committed, conclusion
-from medgrpo.rewards.facts import RecordFacts
-from medgrpo.rewards.grounding import box_iou, match_score, to_original
-from medgrpo.rewards.lexicon import CATEGORY, OPPOSITES, agree, conflict
+from functools import lru_cache
+from typing import NamedTuple
+
+from medgrpo.rewards.claims import DESCRIPTOR_CATEGORIES, Reading, read
+from medgrpo.rewards.consistency import Commitments, Verdict
+from medgrpo.rewards.facts import Box, RecordFacts
+from medgrpo.rewards.grounding import box_iou
+from medgrpo.rewards.lexicon import CONCEPTS, OPPOSITES, agree, conflict
 from medgrpo.rewards.parsing import ParsedCompletion
 from medgrpo.rewards.settings import CRITERIA
 
 BOX_HIT_IOU = 0.1
 """A cited box with IoU below this against every gold box claims a region that holds no lesion."""
 
-_VISUAL = frozenset(
-    {"modality", "anatomy", "finding", "generic", "normal", "laterality", "location", "appearance", "size"}
+
+def _of(*cats: str) -> frozenset[str]:
+    """Every concept of ``cats``: claims of those categories are then one set intersection away."""
+    return frozenset().union(*(CONCEPTS[cat] for cat in cats))
+
+
+_VISUAL = _of(
+    "modality", "anatomy", "finding", "generic", "normal", "laterality", "location", "appearance", "size"
 )
 _TASK_ASPECT = {
-    "modality_classification": ("modality",),
-    "anatomy_identification": ("anatomy",),
-    "pathology_characterization": ("finding", "appearance", "size"),
-    "lesion_localization": ("laterality", "location"),
+    "modality_classification": _of("modality"),
+    "anatomy_identification": _of("anatomy"),
+    "pathology_characterization": _of("finding", "appearance", "size"),
+    "lesion_localization": _of("laterality", "location"),
 }
-_DESCRIPTOR_CATS = ("laterality", "location", "appearance", "size")
+_MODALITY, _ANATOMY, _FINDING = _of("modality"), _of("anatomy"), _of("finding")
+_FINDING_OR_GENERIC = _of("finding", "generic")
+_MODALITY_OR_FINDING = _of("modality", "finding")
+_DESCRIPTORS = _of(*DESCRIPTOR_CATEGORIES)
 
 
-def _cats(concepts: frozenset[str], *cats: str) -> list[str]:
-    return [c for c in concepts if CATEGORY[c] in cats]
+def _agreeing(known: frozenset[str], claimable: frozenset[str]) -> frozenset[str]:
+    """The concepts of ``claimable`` that agree with one of ``known`` (the record's)."""
+    return frozenset(c for c in claimable if any(agree(c, k) for k in known))
 
 
-def _finding_descriptors(reading: Reading) -> set[str]:
-    out: set[str] = set()
-    for s in reading.sentences:
-        if s.is_finding:
-            out.update(c for c in s.asserted if CATEGORY[c] in _DESCRIPTOR_CATS)
-    return out
+class _Checks(NamedTuple):
+    """What the criteria check a reasoning's claims against, derived once per record so that checking a
+    completion is set algebra. None: the record does not say. ``opposed``: the pairs of opposite descriptors
+    that conflict, which are all but those the record has both of (it may describe one lesion as both, like
+    an abscess's bright rim and dark centre)."""
+
+    modality: frozenset[str] | None  # the modality concepts that agree with the record's
+    anatomy: frozenset[str] | None  # the anatomy concepts that agree with the record's
+    finding: frozenset[str] | None  # the finding concepts that agree with its specific (not generic) finding
+    where: frozenset[str]  # the lesion's laterality and location
+    checkable: frozenset[str]  # descriptors the record has, or has the opposite of
+    wrong: frozenset[str]  # descriptors the record has only the opposite of (e.g. "left" for a right lesion)
+    opposed: tuple[tuple[str, str], ...]
 
 
-def visual_grounding(reading: Reading, facts: RecordFacts, first_box: float | None) -> float:
+@lru_cache(maxsize=1 << 14)
+def _checks(facts: RecordFacts) -> _Checks:
+    known = facts.descriptors()
+    opposite = {c: OPPOSITES.get(c, frozenset()) for c in _DESCRIPTORS}
+    specific = facts.finding and "abnormal" not in facts.finding
+    return _Checks(
+        _agreeing(facts.modality, _MODALITY) if facts.modality else None,
+        _agreeing(facts.anatomy, _ANATOMY) if facts.anatomy else None,
+        _agreeing(facts.finding, _FINDING) if specific else None,
+        facts.laterality | facts.location,
+        frozenset(c for c in _DESCRIPTORS if c in known or opposite[c] & known),
+        frozenset(c for c in _DESCRIPTORS if c not in known and opposite[c] & known),
+        tuple(
+            (a, b)
+            for a in sorted(_DESCRIPTORS)
+            for b in sorted(opposite[a])
+            if a < b and not (a in known and b in known)
+        ),
+    )
+
+
+def visual_grounding(reading: Reading, facts: RecordFacts, grounding: float | None) -> float:
+    checks = _checks(facts)
     items: list[float] = []
-    if facts.modality:
-        items.append(
-            float(any(agree(c, m) for c in _cats(reading.asserted, "modality") for m in facts.modality))
-        )
-    if facts.anatomy:
-        items.append(
-            float(any(agree(c, a) for c in _cats(reading.asserted, "anatomy") for a in facts.anatomy))
-        )
+    if checks.modality is not None:
+        items.append(float(not reading.asserted.isdisjoint(checks.modality)))
+    if checks.anatomy is not None:
+        items.append(float(not reading.asserted.isdisjoint(checks.anatomy)))
     if facts.abnormal is True:
-        where = facts.laterality | facts.location
-        if where:
-            items.append(float(bool(where & _finding_descriptors(reading))))
+        if checks.where:
+            items.append(float(not checks.where.isdisjoint(reading.descriptors)))
         if facts.gold_boxes:
-            items.append(first_box or 0.0)
+            items.append(grounding or 0.0)
     elif facts.abnormal is False:
         items.append(float(reading.polarity == {"normal"}))
     if not items:
-        return float(any(CATEGORY[c] in _VISUAL for c in reading.asserted))
+        return float(not reading.asserted.isdisjoint(_VISUAL))
     return sum(items) / len(items)
 
 
 def question_relevance(reading: Reading, facts: RecordFacts, engaged: bool) -> float:
-    cats = _TASK_ASPECT.get(facts.task)
-    if cats is not None:
-        aspect = bool(_cats(reading.asserted, *cats))
+    concepts = _TASK_ASPECT.get(facts.task)
+    if concepts is not None:
+        aspect = not reading.asserted.isdisjoint(concepts)
         if facts.task == "lesion_localization":
             aspect = aspect or any(s.boxes for s in reading.sentences)
     elif facts.task == "anomaly_detection":
@@ -122,21 +158,14 @@ def question_relevance(reading: Reading, facts: RecordFacts, engaged: bool) -> f
     return score
 
 
-def _body_hits(reading: Reading, facts: RecordFacts) -> tuple[frozenset[str], frozenset[str], int]:
-    """(options the sentences before the conclusion commit to by content, the conclusion's options, its
-    index).
-    """
-    if not facts.is_mcq:
-        return frozenset(), frozenset(), len(reading.sentences)
-    hits, index = conclusion(reading, facts)
-    body = frozenset().union(*(committed(s, facts, letters=False) for s in reading.sentences[:index]))
-    return body, hits, index
-
-
 def answer_support(
-    reading: Reading, facts: RecordFacts, choice: str | None, answer: str | None, verdict: Verdict
+    reading: Reading,
+    facts: RecordFacts,
+    choice: str | None,
+    answer: str | None,
+    verdict: Verdict,
+    argument: Commitments,
 ) -> float:
-    body, _, index = _body_hits(reading, facts)
     if facts.is_mcq:
         if choice is None or verdict.kind == "contradict":
             return 0.0
@@ -149,46 +178,41 @@ def answer_support(
             and not concepts <= reading.asserted
         ):
             return 0.0
-        if body and choice not in body:  # the observations point to another option
+        if argument.body and choice not in argument.body:  # the observations point to another option
             return 0.0
-        content = choice in body or any(
-            choice in committed(s, facts, letters=False) for s in reading.sentences[index:]
-        )
+        content = choice in argument.content
     else:
         if not answer or verdict.kind == "contradict":
             return 0.0
         content = verdict.kind == "agree"
     observed = any(
-        s.boxes or any(CATEGORY[c] in _VISUAL for c in s.asserted)
-        for s in reading.sentences[: min(index, len(reading.sentences) - 1)]
+        s.boxes or not s.asserted.isdisjoint(_VISUAL)
+        for s in reading.sentences[: min(argument.index, len(reading.sentences) - 1)]
     )
     return 0.5 * content + 0.5 * observed
 
 
-def no_hallucination(reading: Reading, facts: RecordFacts, boxes: list[tuple[float, ...]]) -> float:
+def no_hallucination(reading: Reading, facts: RecordFacts, boxes: list[Box]) -> float:
+    checks = _checks(facts)
     checked = wrong = 0
-    for cat, known in (("modality", facts.modality), ("anatomy", facts.anatomy)):
-        if known:
-            for c in _cats(reading.asserted, cat):
-                checked += 1
-                wrong += not any(agree(c, k) for k in known)
+    for agreeing, claimable in ((checks.modality, _MODALITY), (checks.anatomy, _ANATOMY)):
+        if agreeing is not None:
+            claimed = reading.asserted & claimable
+            checked += len(claimed)
+            wrong += len(claimed - agreeing)
     if facts.abnormal is not None:
-        for c in _cats(reading.asserted, "finding", "generic"):
-            checked += 1
-            if facts.abnormal is False:
-                wrong += 1
-            elif CATEGORY[c] == "finding" and facts.finding and "abnormal" not in facts.finding:
-                wrong += not any(agree(c, f) for f in facts.finding)
+        findings = reading.asserted & _FINDING_OR_GENERIC
+        checked += len(findings)
+        if facts.abnormal is False:
+            wrong += len(findings)
+        elif checks.finding is not None:
+            wrong += len((findings & _FINDING) - checks.finding)
         if reading.polarity:
             checked += 1
             wrong += ("normal" if facts.abnormal else "abnormal") in reading.polarity
         if facts.abnormal:
-            known = facts.descriptors()
-            for c in _finding_descriptors(reading):
-                opposite = OPPOSITES.get(c, frozenset()) & known
-                if c in known or opposite:
-                    checked += 1
-                    wrong += bool(opposite) and c not in known
+            checked += len(reading.descriptors & checks.checkable)
+            wrong += len(reading.descriptors & checks.wrong)
     if boxes and (facts.abnormal is False or facts.gold_boxes):
         for box in boxes:
             checked += 1
@@ -196,22 +220,17 @@ def no_hallucination(reading: Reading, facts: RecordFacts, boxes: list[tuple[flo
     return 1.0 - wrong / checked if checked else 1.0
 
 
-def no_contradiction(reading: Reading, facts: RecordFacts, verdict: Verdict) -> float:
+def no_contradiction(reading: Reading, facts: RecordFacts, verdict: Verdict, argument: Commitments) -> float:
     if verdict.kind == "contradict":
         return 0.0
-    body, hits, _ = _body_hits(reading, facts)
+    body, hits = argument.body, argument.hits
     conflicts = int(len(reading.polarity) == 2) + int(bool(body and hits) and not body & hits)
-    known = facts.descriptors()  # a record may describe one lesion as both (a bright rim, a dark centre)
-    modalities = _cats(reading.asserted, "modality")
+    modalities = list(reading.asserted & _MODALITY)
     conflicts += any(conflict(a, b) for i, a in enumerate(modalities) for b in modalities[i + 1 :])
-    descriptors = sorted(_finding_descriptors(reading))
-    conflicts += sum(
-        1
-        for i, a in enumerate(descriptors)
-        for b in descriptors[i + 1 :]
-        if b in OPPOSITES.get(a, ()) and not (a in known and b in known)
-    )
-    conflicts += len(set(_cats(reading.asserted & reading.denied, "modality", "finding")))
+    described = reading.descriptors
+    if len(described) > 1:
+        conflicts += sum(a in described and b in described for a, b in _checks(facts).opposed)
+    conflicts += len(reading.asserted & reading.denied & _MODALITY_OR_FINDING)
     return max(0.0, 1.0 - 0.5 * conflicts)
 
 
@@ -219,24 +238,25 @@ def evidence_criteria(
     parsed: ParsedCompletion,
     reading: Reading,
     facts: RecordFacts,
-    frame: BoxFrame | None,
+    boxes: list[Box],
+    grounding: float | None,
     choice: str | None,
     verdict: Verdict,
-    metric: str = "iou",
-) -> dict[str, float]:
-    """The five criteria of the rule backend for one completion (see the module docstring)."""
-    boxes = [to_original(b, frame) for b in parsed.boxes]
-    first = match_score(boxes[0], facts.gold_boxes, metric) if boxes and facts.gold_boxes else None
+    argument: Commitments,
+) -> tuple[float, ...]:
+    """The five criteria of the rule backend for one completion, in the order of :data:`CRITERIA` (see the
+    module docstring). ``boxes``: the cited boxes in original pixels; ``grounding``: the first one's match
+    score (:func:`~medgrpo.rewards.grounding.grounding_score`); ``argument``: ``commitments(reading, facts)``.
+    """
     engaged = verdict.kind in ("agree", "hedge", "contradict")
     said = bool(reading.sentences)  # the absence criteria reward a rationale that errs in nothing, not silence
-    scores = (
-        visual_grounding(reading, facts, first),
+    return (
+        visual_grounding(reading, facts, grounding),
         question_relevance(reading, facts, engaged),
-        answer_support(reading, facts, choice, parsed.answer, verdict),
+        answer_support(reading, facts, choice, parsed.answer, verdict, argument),
         no_hallucination(reading, facts, boxes) if said else 0.0,
-        no_contradiction(reading, facts, verdict) if said else 0.0,
+        no_contradiction(reading, facts, verdict, argument) if said else 0.0,
     )
-    return dict(zip(CRITERIA, scores, strict=True))
 
 
 def combine(criteria: dict[str, float | None], weights: tuple[float, ...]) -> float | None:

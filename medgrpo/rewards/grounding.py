@@ -16,7 +16,6 @@ import math
 
 from medgrpo.data.boxes import BoxFrame
 from medgrpo.rewards.facts import Box, RecordFacts
-from medgrpo.rewards.parsing import ParsedCompletion
 
 
 def to_original(box: Box, frame: BoxFrame | None) -> Box:
@@ -60,13 +59,11 @@ def match_score(box: Box, gold_boxes: tuple[Box, ...], metric: str = "iou") -> f
     return max(box_iou(box, g) for g in gold_boxes)
 
 
-def grounding_score(
-    parsed: ParsedCompletion, facts: RecordFacts, frame: BoxFrame | None, metric: str = "iou"
-) -> float | None:
-    """IoU (or rescaled GIoU) of the first cited box with the best gold box; None when the record has no box,
-    0.0 when the reasoning cites none."""
+def grounding_score(boxes: list[Box], facts: RecordFacts, metric: str = "iou") -> float | None:
+    """IoU (or rescaled GIoU) of the first cited box (in original pixels: :func:`to_original`) with the best
+    gold box; None when the record has no box, 0.0 when the reasoning cites none."""
     if not facts.gold_boxes:
         return None
-    if not parsed.boxes:
+    if not boxes:
         return 0.0
-    return match_score(to_original(parsed.boxes[0], frame), facts.gold_boxes, metric)
+    return match_score(boxes[0], facts.gold_boxes, metric)

@@ -276,6 +276,9 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
 CATEGORY: dict[str, str] = {c: cat for cat, concepts in _TABLE.items() for c in concepts}
 """concept -> its category."""
 
+CONCEPTS: dict[str, frozenset[str]] = {cat: frozenset(concepts) for cat, concepts in _TABLE.items()}
+"""category -> its concepts (so that "the claims of one category" is a set intersection)."""
+
 PHRASES: dict[str, str] = {}
 """normalised surface phrase -> concept."""
 

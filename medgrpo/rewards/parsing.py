@@ -1,8 +1,8 @@
 """The one parser of the output grammar (:mod:`medgrpo.prompts`): completion -> think, answer, cited boxes.
 
 Rewards and evaluation both read completions through :func:`parse_completion`, so what is optimised and what
-is reported cannot disagree on what a completion said. Parsing is cached on the text because TRL calls every
-reward function separately on the same completions.
+is reported cannot disagree on what a completion said. Not cached: the verifiers' results are, per completion
+(:func:`medgrpo.rewards.verify.raw_scores`), so each completion is parsed once.
 """
 
 from __future__ import annotations
@@ -10,15 +10,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from medgrpo.data.record import LETTERS
 from medgrpo.prompts import ANSWER_CLOSE, ANSWER_OPEN, BOX_CLOSE, BOX_OPEN, BOX_RE, THINK_CLOSE, THINK_OPEN
 
-_STRICT_RE = re.compile(r"\A\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*\Z", re.DOTALL)
 _ANY_TAG_RE = re.compile(r"</?\s*(?:think|answer|box)\s*>", re.IGNORECASE)
-_EXACT_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE, BOX_OPEN, BOX_CLOSE)
 _CHOICE_RE = re.compile(r"\A\(?([A-J])\)?(?:\s*[.:)\-]\s*(.*))?\Z", re.DOTALL)
 
 Box = tuple[float, float, float, float]
@@ -75,52 +72,69 @@ def completion_text(completion: Any) -> str:
 
 
 def _boxes(text: str) -> tuple[tuple[Box, ...], int]:
+    if BOX_OPEN not in text:
+        return (), 0
     boxes: list[Box] = []
     for m in BOX_RE.finditer(text):
         try:
-            box = tuple(float(g) for g in m.groups())
+            box = tuple(map(float, m.groups()))
         except (OverflowError, ValueError):
             continue
-        if all(math.isfinite(v) for v in box):
+        if all(map(math.isfinite, box)):
             boxes.append(box)  # type: ignore[arg-type]
     return tuple(boxes), text.count(BOX_OPEN) - len(boxes)
 
 
-@lru_cache(maxsize=1 << 15)
-def _parse_text(text: str) -> ParsedCompletion:
-    n_answer_open = text.count(ANSWER_OPEN)
+def _only_exact_tags(text: str, n_boxes: int) -> bool:
+    """One think and one answer block (found), ``n_boxes`` well-formed boxes in the reasoning, and no other
+    grammar tag in any spelling ("<Think>", "< box >")."""
+    n_tags = 4 + 2 * n_boxes
+    if text.count("<") == n_tags:  # every tag has a "<", and the ones found already account for all of them
+        return True
+    return (
+        text.count(THINK_OPEN) == 1
+        and text.count(THINK_CLOSE) == 1
+        and text.count(BOX_OPEN) == text.count(BOX_CLOSE) == n_boxes
+        and len(_ANY_TAG_RE.findall(text)) == n_tags
+    )
+
+
+def parse_text(text: str) -> ParsedCompletion:
+    """Parse a completion's text (see :class:`ParsedCompletion`)."""
     answer = None
-    if n_answer_open == 1 and text.count(ANSWER_CLOSE) == 1:
-        start = text.index(ANSWER_OPEN) + len(ANSWER_OPEN)
-        end = text.find(ANSWER_CLOSE, start)
-        if end >= 0:
-            answer = text[start:end].strip()
+    a0 = text.find(ANSWER_OPEN)
+    a1 = -1
+    if a0 >= 0 and text.count(ANSWER_OPEN) == 1 and text.count(ANSWER_CLOSE) == 1:
+        a1 = text.find(ANSWER_CLOSE, a0 + len(ANSWER_OPEN))
+        if a1 >= 0:
+            answer = text[a0 + len(ANSWER_OPEN) : a1].strip()
     think = None
     t0 = text.find(THINK_OPEN)
-    if t0 >= 0:
-        t1 = text.find(THINK_CLOSE, t0)
-        if t1 >= 0:
-            think = text[t0 + len(THINK_OPEN) : t1]
+    t1 = text.find(THINK_CLOSE, t0) if t0 >= 0 else -1
+    if t1 >= 0:
+        think = text[t0 + len(THINK_OPEN) : t1]
     boxes, n_bad = _boxes(think if think is not None else text)
-
-    strict = False
-    m = _STRICT_RE.match(text)
-    if m and answer is not None and think is not None and think.strip() and answer:
-        counts = [text.count(tag) for tag in _EXACT_TAGS]
-        n_tags = len(_ANY_TAG_RE.findall(text))
-        strict = (
-            counts[:4] == [1, 1, 1, 1]
-            and counts[4] == counts[5] == len(boxes)
-            and n_bad == 0
-            and n_tags == 4 + 2 * len(boxes)
-            and "<" not in answer
-        )
+    # Strict framing (nothing but whitespace around <think>...</think> then <answer>...</answer>) by string
+    # methods: each of the four tags occurs once, so their positions are known without a regex walking the
+    # whole reasoning.
+    strict = bool(
+        answer
+        and think
+        and not think.isspace()
+        and (t0 == 0 or text[:t0].isspace())
+        and a0 >= t1 + len(THINK_CLOSE)
+        and not text[t1 + len(THINK_CLOSE) : a0].strip()
+        and not text[a1 + len(ANSWER_CLOSE) :].strip()
+        and "<" not in answer
+        and n_bad == 0
+        and _only_exact_tags(text, len(boxes))
+    )
     return ParsedCompletion(text, think, answer, boxes, n_bad, strict)
 
 
 def parse_completion(completion: Any) -> ParsedCompletion:
     """Parse a completion (string or TRL conversational list; anything else reads as empty). Never raises."""
-    return _parse_text(completion_text(completion))
+    return parse_text(completion_text(completion))
 
 
 def choice_of(answer: str | None, options: tuple[str, ...] | list[str], strict: bool = False) -> str | None:

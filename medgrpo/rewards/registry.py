@@ -41,21 +41,17 @@ class RewardFunction:
         completions = list(completions) if isinstance(completions, list | tuple) else []
         texts = [completion_text(c) for c in completions]
         rows = rows_from_columns(columns, len(texts))
-        judged: list[Any] = [None] * len(texts)
         if name == "evidence" and settings.evidence_backend == "judge":
             from medgrpo.rewards.judge import judge_for
 
             judge = judge_for(settings.judge)
             judged = judge.score([(t, record) for t, (record, _, _) in zip(texts, rows, strict=True)])
-        results: list[dict[str, float | None] | None] = []
-        for text, (_, frame, facts), j in zip(texts, rows, judged, strict=True):
-            try:
-                results.append(assemble(text, facts, frame, settings, j))
-            except Exception:  # never stop training over one completion; the tests hunt these down
-                if not self._warned:
-                    logger.exception("reward '%s' failed on a completion; scoring it 0", name)
-                    self._warned = True
-                results.append(None)
+            results, error = _assemble_all(texts, rows, settings, judged)
+        else:
+            results, error = _shared_results(texts, rows, settings)
+        if error is not None and not self._warned:  # never stop training over one completion; tests hunt it
+            logger.error("reward '%s' failed on a completion; scoring it 0", name, exc_info=error)
+            self._warned = True
         out = [_value(r, name) for r in results]
         log_metric = columns.get("log_metric")
         if name == "evidence" and callable(log_metric):
@@ -67,6 +63,42 @@ class RewardFunction:
                 unscored = sum(r is None or r[key] is None for r in results for key in CRITERION_KEYS)
                 log_metric("evidence/judge_unscored", unscored / (len(results) * len(CRITERION_KEYS)))
         return out
+
+
+Results = list[dict[str, float | None] | None]
+
+
+def _assemble_all(
+    texts: list[str], rows: list, settings: RewardSettings, judged: list[Any]
+) -> tuple[Results, Exception | None]:
+    """Every completion's result dict (None where scoring raised) and the first exception raised."""
+    results: Results = []
+    error = None
+    for text, (_, frame, facts), j in zip(texts, rows, judged, strict=True):
+        try:
+            results.append(assemble(text, facts, frame, settings, j))
+        except Exception as e:
+            error = error or e
+            results.append(None)
+    return results, error
+
+
+_last: list[Any] = [None, None]  # ((texts, rows, settings) of the last rule-scored batch, its results)
+
+
+def _shared_results(
+    texts: list[str], rows: list, settings: RewardSettings
+) -> tuple[Results, Exception | None]:
+    """:func:`_assemble_all` without a judge, shared by the reward functions TRL calls one after the other on
+    the same batch: the next function finds the same texts, the same rows object (``rows_from_columns`` reuses
+    it for the same columns) and equal settings, and takes the results instead of assembling them again."""
+    key = (tuple(texts), rows, settings)
+    held, results = _last
+    if held is not None and held[1] is rows and held[0] == key[0] and held[2] == settings:
+        return results
+    results = _assemble_all(texts, rows, settings, [None] * len(texts))
+    _last[:] = [key, results]
+    return results
 
 
 def _value(result: dict[str, float | None] | None, name: str) -> float | None:

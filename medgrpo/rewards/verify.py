@@ -14,13 +14,13 @@ from typing import Any
 from medgrpo.data.boxes import BoxFrame
 from medgrpo.data.record import MedADRecord
 from medgrpo.rewards.accuracy import accuracy_score
-from medgrpo.rewards.claims import read
-from medgrpo.rewards.consistency import consistency_verdict
+from medgrpo.rewards.claims import read, reading_of
+from medgrpo.rewards.consistency import commitments, consistency_verdict
 from medgrpo.rewards.evidence import combine, evidence_criteria
 from medgrpo.rewards.facts import RecordFacts, facts_of
 from medgrpo.rewards.format import format_score
-from medgrpo.rewards.grounding import grounding_score
-from medgrpo.rewards.parsing import choice_of, completion_text, parse_completion
+from medgrpo.rewards.grounding import grounding_score, to_original
+from medgrpo.rewards.parsing import choice_of, completion_text, parse_text
 from medgrpo.rewards.settings import CRITERIA, RewardSettings
 
 CRITERION_KEYS: tuple[str, ...] = tuple(f"evidence/{c}" for c in CRITERIA)
@@ -33,17 +33,20 @@ DEFAULT_SETTINGS = RewardSettings()
 @lru_cache(maxsize=1 << 15)
 def raw_scores(text: str, facts: RecordFacts, frame: BoxFrame | None, metric: str = "iou") -> tuple:
     """(format, accuracy, consistency, grounding, rule criteria) of one completion, unshaped. Cached."""
-    parsed = parse_completion(text)
-    reading = read(parsed.think) if parsed.think is not None else None
+    parsed = parse_text(text)
+    reading = reading_of(parsed.think) if parsed.think is not None else None
+    claims = reading or read("")  # without a think block, the evidence criteria see an empty reasoning
     choice = choice_of(parsed.answer, facts.options) if facts.is_mcq else None
-    verdict = consistency_verdict(reading, facts, parsed.answer, choice)
-    criteria = evidence_criteria(parsed, reading or read(""), facts, frame, choice, verdict, metric)
+    argument = commitments(claims, facts)
+    verdict = consistency_verdict(reading, facts, parsed.answer, choice, argument)
+    boxes = [to_original(b, frame) for b in parsed.boxes]  # in original pixels, for both box verifiers
+    grounding = grounding_score(boxes, facts, metric)
     return (
         format_score(parsed, facts),
         accuracy_score(parsed, facts),
         verdict.score,
-        grounding_score(parsed, facts, frame, metric),
-        tuple(criteria[c] for c in CRITERIA),
+        grounding,
+        evidence_criteria(parsed, claims, facts, boxes, grounding, choice, verdict, argument),
     )
 
 
@@ -66,8 +69,7 @@ def assemble(
         evidence = None if evidence is None else 0.0
         ground = None if ground is None else 0.0
     out: dict[str, float | None] = {"format": fmt, "accuracy": acc, "consistency": cons, "evidence": evidence}
-    for c, key in zip(CRITERIA, CRITERION_KEYS, strict=True):
-        out[key] = criteria.get(c)
+    out.update(zip(CRITERION_KEYS, map(criteria.get, CRITERIA), strict=True))
     out["grounding"] = ground
     return out
 
