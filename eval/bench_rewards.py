@@ -83,9 +83,10 @@ def clear_caches() -> None:
     from medgrpo.rewards.consistency import by_content
     from medgrpo.rewards.evidence import _checks
     from medgrpo.rewards.facts import _facts
+    from medgrpo.rewards.parsing import _box_in
     from medgrpo.rewards.verify import raw_scores
 
-    for fn in (raw_scores, read, read_sentence, by_content, _row, _facts, _checks):
+    for fn in (raw_scores, read, read_sentence, by_content, _box_in, _row, _facts, _checks):
         fn.cache_clear()
 
 

@@ -53,7 +53,6 @@ from medgrpo.rewards.facts import Box, RecordFacts
 from medgrpo.rewards.grounding import box_iou
 from medgrpo.rewards.lexicon import CONCEPTS, OPPOSITES, agree, conflict
 from medgrpo.rewards.parsing import ParsedCompletion
-from medgrpo.rewards.settings import CRITERIA
 
 BOX_HIT_IOU = 0.1
 """A cited box with IoU below this against every gold box claims a region that holds no lesion."""
@@ -244,9 +243,10 @@ def evidence_criteria(
     verdict: Verdict,
     argument: Commitments,
 ) -> tuple[float, ...]:
-    """The five criteria of the rule backend for one completion, in the order of :data:`CRITERIA` (see the
-    module docstring). ``boxes``: the cited boxes in original pixels; ``grounding``: the first one's match
-    score (:func:`~medgrpo.rewards.grounding.grounding_score`); ``argument``: ``commitments(reading, facts)``.
+    """The five criteria of the rule backend for one completion (see the module docstring), in the order of
+    :data:`~medgrpo.rewards.settings.CRITERIA`. ``boxes``: the cited boxes in original pixels; ``grounding``:
+    the first one's match score (:func:`~medgrpo.rewards.grounding.grounding_score`); ``argument``:
+    ``commitments(reading, facts)``.
     """
     engaged = verdict.kind in ("agree", "hedge", "contradict")
     said = bool(reading.sentences)  # the absence criteria reward a rationale that errs in nothing, not silence
@@ -259,11 +259,11 @@ def evidence_criteria(
     )
 
 
-def combine(criteria: dict[str, float | None], weights: tuple[float, ...]) -> float | None:
-    """Weighted mean of the criteria that could be scored (None ones are left out); None when none could."""
+def combine(criteria: tuple[float | None, ...], weights: tuple[float, ...]) -> float | None:
+    """Weighted mean of the criteria (in the order of :data:`~medgrpo.rewards.settings.CRITERIA`) that could
+    be scored (None ones are left out); None when none could."""
     total = weight = 0.0
-    for name, w in zip(CRITERIA, weights, strict=True):
-        value = criteria.get(name)
+    for value, w in zip(criteria, weights, strict=True):
         if value is not None and w > 0:
             total += w * value
             weight += w

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from medgrpo.data.record import LETTERS
@@ -71,31 +72,51 @@ def completion_text(completion: Any) -> str:
     return "".join(parts)
 
 
-def _boxes(text: str) -> tuple[tuple[Box, ...], int]:
-    if BOX_OPEN not in text:
-        return (), 0
+@lru_cache(maxsize=1 << 14)
+def _box_in(tag: str) -> Box | None:
+    """The box one ``<box>...</box>`` tag cites; None unless the tag is well-formed and its numbers finite.
+    Cached: the completions of one prompt cite the same few boxes."""
+    m = BOX_RE.fullmatch(tag)
+    if m is None:
+        return None
+    try:
+        box = tuple(map(float, m.groups()))
+    except (OverflowError, ValueError):
+        return None
+    return box if all(map(math.isfinite, box)) else None  # type: ignore[return-value]
+
+
+def _boxes(text: str) -> tuple[tuple[Box, ...], int, bool]:
+    """The well-formed, finite boxes ``text`` cites; how many of its ``<box>`` tags are not one; and whether
+    each of its "<" opens or closes one of those boxes (then it holds no other tag, in any spelling)."""
     boxes: list[Box] = []
-    for m in BOX_RE.finditer(text):
-        try:
-            box = tuple(map(float, m.groups()))
-        except (OverflowError, ValueError):
+    n_tags = 0
+    only_boxes = True
+    end = 0  # the end of the last box
+    at = text.find(BOX_OPEN)
+    while at >= 0:
+        n_tags += 1
+        close = text.find("<", at + 1)  # a well-formed tag has no "<" before its closing one
+        well_formed = close >= 0 and text.startswith(BOX_CLOSE, close)
+        box = _box_in(text[at : close + len(BOX_CLOSE)]) if well_formed else None
+        if box is None:
+            at = text.find(BOX_OPEN, at + 1)
             continue
-        if all(map(math.isfinite, box)):
-            boxes.append(box)  # type: ignore[arg-type]
-    return tuple(boxes), text.count(BOX_OPEN) - len(boxes)
+        boxes.append(box)
+        only_boxes = only_boxes and text.find("<", end, at) < 0
+        end = close + len(BOX_CLOSE)
+        at = text.find(BOX_OPEN, end)
+    only_boxes = only_boxes and text.find("<", end) < 0
+    return tuple(boxes), n_tags - len(boxes), only_boxes
 
 
 def _only_exact_tags(text: str, n_boxes: int) -> bool:
-    """One think and one answer block (found), ``n_boxes`` well-formed boxes in the reasoning, and no other
-    grammar tag in any spelling ("<Think>", "< box >")."""
-    n_tags = 4 + 2 * n_boxes
-    if text.count("<") == n_tags:  # every tag has a "<", and the ones found already account for all of them
-        return True
+    """One think and one answer block, ``n_boxes`` boxes, and no other grammar tag in any spelling."""
     return (
         text.count(THINK_OPEN) == 1
         and text.count(THINK_CLOSE) == 1
         and text.count(BOX_OPEN) == text.count(BOX_CLOSE) == n_boxes
-        and len(_ANY_TAG_RE.findall(text)) == n_tags
+        and len(_ANY_TAG_RE.findall(text)) == 4 + 2 * n_boxes
     )
 
 
@@ -113,10 +134,10 @@ def parse_text(text: str) -> ParsedCompletion:
     t1 = text.find(THINK_CLOSE, t0) if t0 >= 0 else -1
     if t1 >= 0:
         think = text[t0 + len(THINK_OPEN) : t1]
-    boxes, n_bad = _boxes(think if think is not None else text)
+    boxes, n_bad, only_boxes = _boxes(think if think is not None else text)
     # Strict framing (nothing but whitespace around <think>...</think> then <answer>...</answer>) by string
-    # methods: each of the four tags occurs once, so their positions are known without a regex walking the
-    # whole reasoning.
+    # methods, without a regex walking the whole reasoning. With no "<" in the reasoning but its boxes', and
+    # none in the answer or the whitespace around, the four tags and the boxes' are the only tags there are.
     strict = bool(
         answer
         and think
@@ -127,7 +148,7 @@ def parse_text(text: str) -> ParsedCompletion:
         and not text[a1 + len(ANSWER_CLOSE) :].strip()
         and "<" not in answer
         and n_bad == 0
-        and _only_exact_tags(text, len(boxes))
+        and (only_boxes or _only_exact_tags(text, len(boxes)))
     )
     return ParsedCompletion(text, think, answer, boxes, n_bad, strict)
 
@@ -148,8 +169,10 @@ def choice_of(answer: str | None, options: tuple[str, ...] | list[str], strict: 
     if not answer or not options:
         return None
     letters = LETTERS[: len(options)]
+    if len(answer) == 1 and answer in letters:  # the usual answer, either way
+        return answer
     if strict:
-        return answer if len(answer) == 1 and answer in letters else None
+        return None
     m = _CHOICE_RE.match(answer)
     if m:
         letter, rest = m.group(1), m.group(2)

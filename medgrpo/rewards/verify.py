@@ -58,8 +58,9 @@ def assemble(
     judged: dict[str, float | None] | None = None,
 ) -> dict[str, float | None]:
     """The result dict of :func:`verify`; ``judged`` replaces the rule criteria (judge backend)."""
-    fmt, acc, cons, ground, rule = raw_scores(text, facts, frame, settings.grounding_metric)
-    criteria: dict[str, float | None] = dict(zip(CRITERIA, rule, strict=True)) if judged is None else judged
+    fmt, acc, cons, ground, criteria = raw_scores(text, facts, frame, settings.grounding_metric)
+    if judged is not None:
+        criteria = tuple(map(judged.get, CRITERIA))
     evidence = combine(criteria, settings.evidence_weights)
     if settings.gate_on_correct:
         cons *= acc
@@ -69,7 +70,7 @@ def assemble(
         evidence = None if evidence is None else 0.0
         ground = None if ground is None else 0.0
     out: dict[str, float | None] = {"format": fmt, "accuracy": acc, "consistency": cons, "evidence": evidence}
-    out.update(zip(CRITERION_KEYS, map(criteria.get, CRITERIA), strict=True))
+    out.update(zip(CRITERION_KEYS, criteria, strict=True))
     out["grounding"] = ground
     return out
 
