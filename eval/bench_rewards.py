@@ -9,13 +9,17 @@ Completions are MedAD-Synth gold targets padded with extra reasoning sentences t
 between completions as in a GRPO group (the claim reader caches sentences), and every sentence new (the worst
 case). The five reward functions are called the way TRL calls them, one after the other on the same batch, so
 the figures include the sharing that lets four of them reuse the first one's results. Every cache (sentences,
-records, results) starts empty for each figure. Times are CPU time of this process, so other load on the
-machine does not count (it still slows the process down: compare figures measured side by side).
+records, results) starts empty for each figure, and a garbage collection before it leaves no set-up garbage to
+collect inside the timing (the collections the rewards' own objects cause are timed: a full one takes tens of
+ms, so a figure moves by tens of percent with whether one falls inside it; take the median of a few runs).
+Times are CPU time of this process, so other load on the machine does not count (it still slows the process
+down: compare figures measured side by side).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import re
@@ -96,6 +100,7 @@ def bench_rule_stack(records, frames, n: int, batch: int, novel: bool) -> float:
 
     texts, rows = completions_for(records, frames, n, novel=novel)
     clear_caches()
+    gc.collect()  # no garbage from the set-up: the collections timed are the ones the rewards cause
     funcs = list(REWARDS.values())
     first = rest = 0.0  # CPU seconds of this process: the figure for one core, whatever else the machine runs
     for i in range(0, n, batch):
