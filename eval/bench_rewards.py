@@ -84,13 +84,14 @@ def columns_for(records, frames, rows) -> dict[str, list]:
 def clear_caches() -> None:
     from medgrpo.rewards.claims import read, read_sentence
     from medgrpo.rewards.columns import _row
-    from medgrpo.rewards.consistency import by_content
+    from medgrpo.rewards.consistency import clear_contents
     from medgrpo.rewards.evidence import _checks
     from medgrpo.rewards.facts import _facts
     from medgrpo.rewards.parsing import _box_in
     from medgrpo.rewards.verify import raw_scores
 
-    for fn in (raw_scores, read, read_sentence, by_content, _box_in, _row, _facts, _checks):
+    clear_contents()
+    for fn in (raw_scores, read, read_sentence, _box_in, _row, _facts, _checks):
         fn.cache_clear()
 
 

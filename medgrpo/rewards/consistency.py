@@ -21,7 +21,6 @@ lexicon concepts, or its yes/no polarity) must be asserted by the reasoning; den
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import NamedTuple
 
 from medgrpo.rewards.accuracy import normalize_answer
@@ -43,6 +42,13 @@ class Verdict(NamedTuple):
 
     score: float
     kind: str
+
+
+# every verdict but a hedge's, built once
+_AGREE = Verdict(1.0, "agree")
+_CONTRADICT = Verdict(0.0, "contradict")
+_NO_CONCLUSION = Verdict(NO_CONCLUSION, "none")
+_EMPTY = Verdict(0.0, "empty")
 
 
 _NEGATORS = {"no", "not", "without", "than", "nor", "neither"}
@@ -68,7 +74,6 @@ def by_letter(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     return sentence.letters.intersection(facts.letters) - sentence.denied_letters
 
 
-@lru_cache(maxsize=1 << 16)
 def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     """The option letters one sentence commits to by content, not counting denied mentions:
 
@@ -79,8 +84,15 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
 
     When one matched option's concepts are a strict subset of another's, the more specific option wins; an
     option naming a part ("left side") loses to one naming the whole ("both sides", see ``IMPLIED``).
-    Cached: sentences recur across the completions of one prompt.
+    Cached: sentences recur across the completions of one prompt (:func:`contents`).
     """
+    known = _CONTENT.get(facts)
+    if known is not None and sentence in known:
+        return known[sentence]
+    return contents((sentence,), facts)[0]
+
+
+def _by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     hits: set[str] = set()
     by_text: list[int] = []
     for i, concepts in enumerate(facts.option_concepts):
@@ -110,6 +122,37 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     return frozenset(hits) if hits else _NONE
 
 
+# record facts -> {sentence: its by_content}: one dict per record, so that looking a completion's sentences up
+# is one C-level map over a dict keyed by identity, without building a key per sentence (as lru_cache would).
+_CONTENT: dict[RecordFacts, dict[Sentence, frozenset[str]]] = {}
+_CONTENT_MAX = 1 << 16
+"""Entries held over all records; past that the cache starts over (a bound, rarely reached in one run)."""
+_content_size = [0]
+
+
+def contents(sentences: tuple[Sentence, ...] | list[Sentence], facts: RecordFacts) -> list[frozenset[str]]:
+    """:func:`by_content` of each sentence, cached per (sentence, record)."""
+    known = _CONTENT.get(facts)
+    if known is None:
+        known = _CONTENT[facts] = {}
+    content = list(map(known.get, sentences))
+    if None in content:
+        if _content_size[0] >= _CONTENT_MAX:
+            clear_contents()
+            known = _CONTENT[facts] = {}
+        for i, value in enumerate(content):
+            if value is None:
+                content[i] = known[sentences[i]] = _by_content(sentences[i], facts)
+                _content_size[0] += 1
+    return content
+
+
+def clear_contents() -> None:
+    """Empty the :func:`contents` cache."""
+    _CONTENT.clear()
+    _content_size[0] = 0
+
+
 def _part_of(concepts: frozenset[str], other: frozenset[str]) -> bool:
     """``concepts`` names a part ("left") of what ``other`` names whole ("bilateral"): the whole wins."""
     return any(
@@ -124,6 +167,7 @@ class Commitments(NamedTuple):
     index: int  # the concluding sentence's index; the number of sentences when nothing concludes
     body: frozenset[str]  # the options the sentences before the conclusion commit to by content
     content: frozenset[str]  # the options any sentence commits to by content
+    mixed: bool  # the concluding sentence names one option by letter and another by content
 
 
 def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
@@ -131,8 +175,8 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
     sentences: consistency and three evidence criteria all need them."""
     sentences = reading.sentences
     if not facts.is_mcq:
-        return Commitments(_NONE, len(sentences), _NONE, _NONE)
-    content = [by_content(s, facts) for s in sentences]
+        return Commitments(_NONE, len(sentences), _NONE, _NONE, False)
+    content = contents(sentences, facts)
     hits, index = _NONE, len(sentences)  # the last sentence that commits to something, unless a cue comes
     for i in range(len(sentences) - 1, -1, -1):
         s = sentences[i]
@@ -143,27 +187,31 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
                 break
             if not hits:
                 hits, index = committed, i
+    mixed = False
+    if hits and sentences[index].letters:
+        letters, said = by_letter(sentences[index], facts), content[index]
+        mixed = bool(letters and said and not letters & said)
     body = _NONE.union(*content[:index])
-    return Commitments(hits, index, body, body.union(*content[index:]))
+    return Commitments(hits, index, body, body.union(*content[index:]), mixed)
 
 
 def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
     words = normalize_answer(answer)
     if not words:
-        return Verdict(0.0, "empty")
+        return _EMPTY
     if len(words) == 1 and words[0] in ("yes", "no"):
         polarity = option_polarity(words[0], facts.question_low)
         if polarity is not None and reading.polarity:
             if reading.polarity == {polarity}:
-                return Verdict(1.0, "agree")
-            return Verdict(0.0, "contradict")
-        return Verdict(NO_CONCLUSION, "none")
+                return _AGREE
+            return _CONTRADICT
+        return _NO_CONCLUSION
     concepts = read(answer).asserted
     if concepts and concepts <= reading.denied and not concepts <= reading.asserted:
-        return Verdict(0.0, "contradict")
+        return _CONTRADICT
     if (concepts and concepts <= reading.asserted) or _literal_in(reading.low, " ".join(words)):
-        return Verdict(1.0, "agree")
-    return Verdict(NO_CONCLUSION, "none")
+        return _AGREE
+    return _NO_CONCLUSION
 
 
 def consistency_verdict(
@@ -183,28 +231,25 @@ def consistency_verdict(
         argument: :func:`commitments` of the reading (of an empty one when there is none).
     """
     if reading is None or not reading.sentences:
-        return Verdict(0.0, "empty")
+        return _EMPTY
     if not facts.is_mcq:
         return _open_verdict(reading, facts, answer or "")
     if choice is None:
-        return Verdict(0.0, "empty")
+        return _EMPTY
     polarity = facts.option_polarity[facts.letters.index(choice)]
     if polarity is not None and reading.polarity and polarity not in reading.polarity:
-        return Verdict(0.0, "contradict")
+        return _CONTRADICT
     if polarity is not None and len(reading.polarity) == 2:
-        return Verdict(0.0, "contradict")
-    hits, index, _, _ = argument
-    if hits:
-        sentence = reading.sentences[index]
-        letters, content = by_letter(sentence, facts), by_content(sentence, facts)
-        if letters and content and not letters & content:  # "both sides, so the answer is B"
-            return Verdict(0.0, "contradict")
+        return _CONTRADICT
+    hits = argument.hits
+    if argument.mixed:  # "both sides, so the answer is B"
+        return _CONTRADICT
     if not hits:
         if polarity is not None and reading.polarity == {polarity}:
-            return Verdict(1.0, "agree")
-        return Verdict(NO_CONCLUSION, "none")
+            return _AGREE
+        return _NO_CONCLUSION
     if choice not in hits:
-        return Verdict(0.0, "contradict")
+        return _CONTRADICT
     if len(hits) == 1:
-        return Verdict(1.0, "agree")
+        return _AGREE
     return Verdict(1.0 / len(hits), "hedge")
