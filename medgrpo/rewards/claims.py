@@ -31,6 +31,8 @@ from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, PHRASES, trie_pattern
 _FINDING_CATS = ("finding", "generic")
 DESCRIPTOR_CATEGORIES = ("laterality", "location", "appearance", "size")
 """Categories whose concepts describe a finding rather than the whole image."""
+VISUAL_CATEGORIES = ("modality", "anatomy", "finding", "generic", "normal", *DESCRIPTOR_CATEGORIES)
+"""Categories whose concepts describe what the image shows."""
 
 # word or phrase -> its kind; lexicon phrases are kind "c" (concept).
 _CUES: dict[str, str] = {
@@ -152,6 +154,7 @@ class Sentence:
     boxes: int
     polarity: frozenset[str]  # subset of {"normal", "abnormal"}
     descriptors: frozenset[str]  # when it asserts a finding or cites a box: the descriptors of that finding
+    observed: bool  # it cites a box or asserts something visual (a concept of VISUAL_CATEGORIES)
 
 
 @dataclass(eq=False, slots=True)
@@ -171,6 +174,7 @@ _NO_SET: frozenset[str] = frozenset()
 _start = methodcaller("start")
 _IS_FINDING = {c: CATEGORY[c] in _FINDING_CATS for c in CATEGORY}
 _IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
+_VISUAL = frozenset(c for c in CATEGORY if CATEGORY[c] in VISUAL_CATEGORIES)
 
 
 def _flush(
@@ -214,7 +218,7 @@ def read_sentence(text: str) -> Sentence | None:
     words = list((_WORDS_ASCII if low.isascii() else _WORDS).finditer(" " + low))
     marks = list(_MARKS.finditer(low))
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
-        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET)
+        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
     boxes = 0
     cue = neg = neut = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
@@ -279,6 +283,7 @@ def read_sentence(text: str) -> Sentence | None:
         boxes,
         frozenset(polarity) if polarity else _NO_SET,
         descriptors or _NO_SET,
+        boxes > 0 or not _VISUAL.isdisjoint(asserted),
     )
 
 

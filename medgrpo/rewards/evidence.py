@@ -45,9 +45,10 @@ record's structured ``evidence``, ``modality``, ``anatomy`` and ``bbox``. Every 
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import attrgetter
 from typing import NamedTuple
 
-from medgrpo.rewards.claims import DESCRIPTOR_CATEGORIES, Reading, read
+from medgrpo.rewards.claims import DESCRIPTOR_CATEGORIES, VISUAL_CATEGORIES, Reading, read
 from medgrpo.rewards.consistency import Commitments, Verdict
 from medgrpo.rewards.facts import Box, RecordFacts
 from medgrpo.rewards.grounding import box_iou
@@ -63,9 +64,7 @@ def _of(*cats: str) -> frozenset[str]:
     return frozenset().union(*(CONCEPTS[cat] for cat in cats))
 
 
-_VISUAL = _of(
-    "modality", "anatomy", "finding", "generic", "normal", "laterality", "location", "appearance", "size"
-)
+_VISUAL = _of(*VISUAL_CATEGORIES)
 _TASK_ASPECT = {
     "modality_classification": _of("modality"),
     "anatomy_identification": _of("anatomy"),
@@ -87,7 +86,10 @@ class _Checks(NamedTuple):
     """What the criteria check a reasoning's claims against, derived once per record so that checking a
     completion is set algebra. None: the record does not say. ``opposed``: the pairs of opposite descriptors
     that conflict, which are all but those the record has both of (it may describe one lesion as both, like
-    an abscess's bright rim and dark centre)."""
+    an abscess's bright rim and dark centre), as descriptor -> the later (sorted) descriptors it conflicts
+    with, so that counting the pairs a reasoning states walks its few descriptors rather than every pair.
+    ``checked`` / ``unfounded``: the modality, anatomy and finding concepts that no_hallucination checks /
+    finds wrong (the categories are disjoint, so one intersection counts them all)."""
 
     modality: frozenset[str] | None  # the modality concepts that agree with the record's
     anatomy: frozenset[str] | None  # the anatomy concepts that agree with the record's
@@ -95,7 +97,10 @@ class _Checks(NamedTuple):
     where: frozenset[str]  # the lesion's laterality and location
     checkable: frozenset[str]  # descriptors the record has, or has the opposite of
     wrong: frozenset[str]  # descriptors the record has only the opposite of (e.g. "left" for a right lesion)
-    opposed: tuple[tuple[str, str], ...]
+    opposed: dict[str, frozenset[str]]
+    checked: frozenset[str]
+    unfounded: frozenset[str]
+    question: str  # the question, stripped
 
 
 @lru_cache(maxsize=1 << 14)
@@ -103,20 +108,38 @@ def _checks(facts: RecordFacts) -> _Checks:
     known = facts.descriptors()
     opposite = {c: OPPOSITES.get(c, frozenset()) for c in _DESCRIPTORS}
     specific = facts.finding and "abnormal" not in facts.finding
+    modality = _agreeing(facts.modality, _MODALITY) if facts.modality else None
+    anatomy = _agreeing(facts.anatomy, _ANATOMY) if facts.anatomy else None
+    finding = _agreeing(facts.finding, _FINDING) if specific else None
+    checked, unfounded = set(), set()
+    for agreeing, claimable in ((modality, _MODALITY), (anatomy, _ANATOMY)):
+        if agreeing is not None:
+            checked |= claimable
+            unfounded |= claimable - agreeing
+    if facts.abnormal is not None:  # findings: all wrong on a normal image, else those the record's is not
+        checked |= _FINDING_OR_GENERIC
+        if facts.abnormal is False:
+            unfounded |= _FINDING_OR_GENERIC
+        elif finding is not None:
+            unfounded |= _FINDING - finding
     return _Checks(
-        _agreeing(facts.modality, _MODALITY) if facts.modality else None,
-        _agreeing(facts.anatomy, _ANATOMY) if facts.anatomy else None,
-        _agreeing(facts.finding, _FINDING) if specific else None,
+        modality,
+        anatomy,
+        finding,
         facts.laterality | facts.location,
         frozenset(c for c in _DESCRIPTORS if c in known or opposite[c] & known),
         frozenset(c for c in _DESCRIPTORS if c not in known and opposite[c] & known),
-        tuple(
-            (a, b)
-            for a in sorted(_DESCRIPTORS)
-            for b in sorted(opposite[a])
-            if a < b and not (a in known and b in known)
-        ),
+        {
+            a: frozenset(b for b in opposite[a] if a < b and not (a in known and b in known))
+            for a in _DESCRIPTORS
+        },
+        frozenset(checked),
+        frozenset(unfounded),
+        facts.question_low.strip(),
     )
+
+
+_OBSERVED, _BOXES = attrgetter("observed"), attrgetter("boxes")
 
 
 def visual_grounding(reading: Reading, facts: RecordFacts, grounding: float | None) -> float:
@@ -143,15 +166,16 @@ def question_relevance(reading: Reading, facts: RecordFacts, engaged: bool) -> f
     if concepts is not None:
         aspect = not reading.asserted.isdisjoint(concepts)
         if facts.task == "lesion_localization":
-            aspect = aspect or any(s.boxes for s in reading.sentences)
+            aspect = aspect or any(map(_BOXES, reading.sentences))
     elif facts.task == "anomaly_detection":
         aspect = bool(reading.polarity)
     else:
         aspect = bool(reading.asserted & read(facts.question_low).asserted) or engaged
     score = (float(aspect) + float(engaged)) / 2
-    question = facts.question_low.strip()
-    think = reading.low.strip()
-    if question and think and question in think:
+    question = _checks(facts).question
+    # a stripped question is found (and counted) alike in the reasoning and in its stripped copy
+    if question and question in reading.low:
+        think = reading.low.strip()
         novelty = 1.0 - len(question) * think.count(question) / len(think)
         score *= min(1.0, max(0.0, novelty) / 0.5)
     return score
@@ -184,28 +208,15 @@ def answer_support(
         if not answer or verdict.kind == "contradict":
             return 0.0
         content = verdict.kind == "agree"
-    observed = any(
-        s.boxes or not s.asserted.isdisjoint(_VISUAL)
-        for s in reading.sentences[: min(argument.index, len(reading.sentences) - 1)]
-    )
+    observed = any(map(_OBSERVED, reading.sentences[: min(argument.index, len(reading.sentences) - 1)]))
     return 0.5 * content + 0.5 * observed
 
 
 def no_hallucination(reading: Reading, facts: RecordFacts, boxes: list[Box]) -> float:
     checks = _checks(facts)
-    checked = wrong = 0
-    for agreeing, claimable in ((checks.modality, _MODALITY), (checks.anatomy, _ANATOMY)):
-        if agreeing is not None:
-            claimed = reading.asserted & claimable
-            checked += len(claimed)
-            wrong += len(claimed - agreeing)
+    checked = len(reading.asserted & checks.checked)  # modality, anatomy and finding claims
+    wrong = len(reading.asserted & checks.unfounded)
     if facts.abnormal is not None:
-        findings = reading.asserted & _FINDING_OR_GENERIC
-        checked += len(findings)
-        if facts.abnormal is False:
-            wrong += len(findings)
-        elif checks.finding is not None:
-            wrong += len((findings & _FINDING) - checks.finding)
         if reading.polarity:
             checked += 1
             wrong += ("normal" if facts.abnormal else "abnormal") in reading.polarity
@@ -225,10 +236,12 @@ def no_contradiction(reading: Reading, facts: RecordFacts, verdict: Verdict, arg
     body, hits = argument.body, argument.hits
     conflicts = int(len(reading.polarity) == 2) + int(bool(body and hits) and not body & hits)
     modalities = list(reading.asserted & _MODALITY)
-    conflicts += any(conflict(a, b) for i, a in enumerate(modalities) for b in modalities[i + 1 :])
+    if len(modalities) > 1:
+        conflicts += any(conflict(a, b) for i, a in enumerate(modalities) for b in modalities[i + 1 :])
     described = reading.descriptors
     if len(described) > 1:
-        conflicts += sum(a in described and b in described for a, b in _checks(facts).opposed)
+        opposed = _checks(facts).opposed
+        conflicts += sum(len(opposed[a] & described) for a in described)
     conflicts += len(reading.asserted & reading.denied & _MODALITY_OR_FINDING)
     return max(0.0, 1.0 - 0.5 * conflicts)
 
