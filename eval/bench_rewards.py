@@ -82,7 +82,7 @@ def columns_for(records, frames, rows) -> dict[str, list]:
 
 
 def clear_caches() -> None:
-    from medgrpo.rewards.claims import read, read_sentence
+    from medgrpo.rewards.claims import clear_sentences, read
     from medgrpo.rewards.columns import _row
     from medgrpo.rewards.consistency import clear_contents
     from medgrpo.rewards.evidence import _checks
@@ -91,7 +91,8 @@ def clear_caches() -> None:
     from medgrpo.rewards.verify import raw_scores
 
     clear_contents()
-    for fn in (raw_scores, read, read_sentence, _box_in, _row, _facts, _checks):
+    clear_sentences()
+    for fn in (raw_scores, read, _box_in, _row, _facts, _checks):
         fn.cache_clear()
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import methodcaller
+from operator import attrgetter, methodcaller
 
 from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, PHRASES, trie_pattern
 
@@ -155,6 +155,7 @@ class Sentence:
     polarity: frozenset[str]  # subset of {"normal", "abnormal"}
     descriptors: frozenset[str]  # when it asserts a finding or cites a box: the descriptors of that finding
     observed: bool  # it cites a box or asserts something visual (a concept of VISUAL_CATEGORIES)
+    claims: tuple[frozenset[str], ...]  # (asserted, denied, polarity, descriptors), for Reading's unions
 
 
 @dataclass(eq=False, slots=True)
@@ -171,6 +172,8 @@ class Reading:
 
 
 _NO_SET: frozenset[str] = frozenset()
+_NO_CLAIMS = (_NO_SET,) * 4
+_CLAIMS = attrgetter("claims")
 _start = methodcaller("start")
 _IS_FINDING = {c: CATEGORY[c] in _FINDING_CATS for c in CATEGORY}
 _IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
@@ -204,10 +207,29 @@ def _flush(
                 polarity.add("normal")
 
 
-@lru_cache(maxsize=1 << 16)
+# sentence text -> its claims: a plain dict, so that a reasoning's sentences are looked up by one C-level map
+# (an lru_cache would be called once per sentence); bounded by starting over when full.
+_SENTENCES: dict[str, Sentence | None] = {}
+_SENTENCES_MAX = 1 << 16
+
+
 def read_sentence(text: str) -> Sentence | None:
     """The claims of one sentence (None when it is blank). Cached: completions of one prompt, and the gold
     reasoning they imitate, repeat many sentences word for word."""
+    if text in _SENTENCES:
+        return _SENTENCES[text]
+    if len(_SENTENCES) >= _SENTENCES_MAX:
+        _SENTENCES.clear()
+    sentence = _SENTENCES[text] = _read_sentence(text)
+    return sentence
+
+
+def clear_sentences() -> None:
+    """Empty the :func:`read_sentence` cache."""
+    _SENTENCES.clear()
+
+
+def _read_sentence(text: str) -> Sentence | None:
     low = text.lower()
     if len(low) != len(text):  # a few Unicode letters change length when lowered: keep indices aligned
         text = text.encode("ascii", "replace").decode("ascii")
@@ -218,7 +240,7 @@ def read_sentence(text: str) -> Sentence | None:
     words = list((_WORDS_ASCII if low.isascii() else _WORDS).finditer(" " + low))
     marks = list(_MARKS.finditer(low))
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
-        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
+        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, _NO_CLAIMS)
     boxes = 0
     cue = neg = neut = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
@@ -273,17 +295,24 @@ def read_sentence(text: str) -> Sentence | None:
             asserted.add(whole)
     is_finding = boxes > 0 or any(_IS_FINDING[c] for c in asserted)
     descriptors = frozenset(c for c in asserted if _IS_DESCRIPTOR[c]) if is_finding else _NO_SET
-    return Sentence(
-        low,
+    claims = (
         frozenset(asserted) if asserted else _NO_SET,
         frozenset(denied) if denied else _NO_SET,
+        frozenset(polarity) if polarity else _NO_SET,
+        descriptors or _NO_SET,
+    )
+    return Sentence(
+        low,
+        claims[0],
+        claims[1],
         frozenset(letters) if letters else _NO_SET,
         frozenset(denied_letters) if denied_letters else _NO_SET,
         cue,
         boxes,
-        frozenset(polarity) if polarity else _NO_SET,
-        descriptors or _NO_SET,
+        claims[2],
+        claims[3],
         boxes > 0 or not _VISUAL.isdisjoint(asserted),
+        claims,
     )
 
 
@@ -302,14 +331,22 @@ def _sentences(text: str) -> list[str]:
 
 def reading_of(text: str) -> Reading:
     """Read a text into its claims, sentence by sentence (each sentence read once and cached)."""
-    sentences = [s for s in map(read_sentence, _sentences(text)) if s is not None]
+    pieces = _sentences(text)
+    found = list(map(_SENTENCES.get, pieces))  # None: not read yet, or blank
+    if None in found:
+        found = [s or read_sentence(piece) for s, piece in zip(found, pieces, strict=True)]
+    sentences = tuple(filter(None, found))
+    low = text.lower().replace("-", " ")
+    if not sentences:
+        return Reading(low, (), _NO_SET, _NO_SET, _NO_SET, _NO_SET)
+    asserted, denied, polarity, descriptors = zip(*map(_CLAIMS, sentences), strict=True)
     return Reading(
-        text.lower().replace("-", " "),
-        tuple(sentences),
-        _NO_SET.union(*[x.asserted for x in sentences]),
-        _NO_SET.union(*[x.denied for x in sentences]),
-        _NO_SET.union(*[x.polarity for x in sentences]),
-        _NO_SET.union(*[x.descriptors for x in sentences]),
+        low,
+        sentences,
+        _NO_SET.union(*asserted),
+        _NO_SET.union(*denied),
+        _NO_SET.union(*polarity),
+        _NO_SET.union(*descriptors),
     )
 
 
