@@ -88,11 +88,10 @@ def clear_caches() -> None:
     from medgrpo.rewards.evidence import _checks
     from medgrpo.rewards.facts import _facts
     from medgrpo.rewards.parsing import _box_in
-    from medgrpo.rewards.verify import raw_scores
 
     clear_contents()
     clear_sentences()
-    for fn in (raw_scores, read, _box_in, _row, _facts, _checks):
+    for fn in (read, _box_in, _row, _facts, _checks):
         fn.cache_clear()
 
 

@@ -1,8 +1,8 @@
 """The one parser of the output grammar (:mod:`medgrpo.prompts`): completion -> think, answer, cited boxes.
 
 Rewards and evaluation both read completions through :func:`parse_completion`, so what is optimised and what
-is reported cannot disagree on what a completion said. Not cached: the verifiers' results are, per completion
-(:func:`medgrpo.rewards.verify.raw_scores`), so each completion is parsed once.
+is reported cannot disagree on what a completion said. Not cached: the reward functions share one batch's
+results (:mod:`medgrpo.rewards.registry`), so each completion is parsed once.
 """
 
 from __future__ import annotations

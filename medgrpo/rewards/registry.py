@@ -10,7 +10,7 @@ empty one; an unexpected internal error is logged once and scores 0 (None for gr
 from __future__ import annotations
 
 import logging
-import math
+from math import isfinite
 from typing import Any
 
 from medgrpo.rewards.columns import rows_from_columns
@@ -39,7 +39,7 @@ class RewardFunction:
     def __call__(self, prompts: Any = None, completions: Any = None, **columns: Any) -> list[float | None]:
         name, settings = self.__name__, self.settings
         completions = list(completions) if isinstance(completions, list | tuple) else []
-        texts = [completion_text(c) for c in completions]
+        texts = [c if type(c) is str else completion_text(c) for c in completions]  # strings: the usual case
         rows = rows_from_columns(columns, len(texts))
         if name == "evidence" and settings.evidence_backend == "judge":
             from medgrpo.rewards.judge import judge_for
@@ -52,7 +52,7 @@ class RewardFunction:
         if error is not None and not self._warned:  # never stop training over one completion; tests hunt it
             logger.error("reward '%s' failed on a completion; scoring it 0", name, exc_info=error)
             self._warned = True
-        out = [_value(r, name) for r in results]
+        out = _values(results, name)
         log_metric = columns.get("log_metric")
         if name == "evidence" and callable(log_metric):
             for key in CRITERION_KEYS:
@@ -101,13 +101,15 @@ def _shared_results(
     return results
 
 
-def _value(result: dict[str, float | None] | None, name: str) -> float | None:
-    if result is None:
-        return None if name == "grounding" else 0.0
-    value = result[name]
-    if value is None:
-        return None
-    return value if math.isfinite(value) else 0.0
+def _values(results: Results, name: str) -> list[float | None]:
+    """Reward ``name`` of each result: None where it does not apply, 0.0 for a non-finite value or where
+    scoring raised (None for grounding)."""
+    failed = None if name == "grounding" else 0.0
+    out: list[float | None] = []
+    for result in results:
+        value = failed if result is None else result[name]
+        out.append(value if value is None or isfinite(value) else 0.0)
+    return out
 
 
 def build_reward_funcs(names: list[str] | tuple[str, ...], settings: RewardSettings | None = None) -> list:

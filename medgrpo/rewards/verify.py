@@ -1,14 +1,13 @@
 """``verify``: every verifier on one completion, the pure function both training rewards and evaluation use.
 
-The raw verifier outputs are cached per (completion text, record facts, frame, grounding metric), so TRL
-calling five reward functions on the same batch parses and reads each completion once. Shaping
-(``gate_on_correct``, ``zero_on_format_failure``) is applied on top, identically for :func:`verify` and the
-reward functions.
+The raw verifier outputs are not cached per completion (in GRPO every completion is new, so such a cache
+would only cost its key hashing); the TRL reward functions share one batch's results instead
+(:mod:`medgrpo.rewards.registry`), so each completion is parsed and read once. Shaping (``gate_on_correct``,
+``zero_on_format_failure``) is applied on top, identically for :func:`verify` and the reward functions.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from medgrpo.data.boxes import BoxFrame
@@ -30,9 +29,8 @@ KEYS: tuple[str, ...] = ("format", "accuracy", "consistency", "evidence", *CRITE
 DEFAULT_SETTINGS = RewardSettings()
 
 
-@lru_cache(maxsize=1 << 15)
 def raw_scores(text: str, facts: RecordFacts, frame: BoxFrame | None, metric: str = "iou") -> tuple:
-    """(format, accuracy, consistency, grounding, rule criteria) of one completion, unshaped. Cached."""
+    """(format, accuracy, consistency, grounding, rule criteria) of one completion, unshaped."""
     parsed = parse_text(text)
     reading = reading_of(parsed.think) if parsed.think is not None else None
     claims = reading or read("")  # without a think block, the evidence criteria see an empty reasoning
