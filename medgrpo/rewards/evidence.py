@@ -51,7 +51,7 @@ from typing import NamedTuple
 from medgrpo.rewards.claims import DESCRIPTOR_CATEGORIES, VISUAL_CATEGORIES, Reading, read
 from medgrpo.rewards.consistency import Commitments, Verdict
 from medgrpo.rewards.facts import Box, RecordFacts
-from medgrpo.rewards.grounding import box_iou
+from medgrpo.rewards.grounding import best_iou
 from medgrpo.rewards.lexicon import CONCEPTS, OPPOSITES, agree, conflict
 from medgrpo.rewards.parsing import ParsedCompletion
 
@@ -226,7 +226,7 @@ def no_hallucination(reading: Reading, facts: RecordFacts, boxes: list[Box]) -> 
     if boxes and (facts.abnormal is False or facts.gold_boxes):
         for box in boxes:
             checked += 1
-            wrong += facts.abnormal is False or max(box_iou(box, g) for g in facts.gold_boxes) < BOX_HIT_IOU
+            wrong += facts.abnormal is False or best_iou(box, facts.gold_boxes) < BOX_HIT_IOU
     return 1.0 - wrong / checked if checked else 1.0
 
 

@@ -52,11 +52,18 @@ def box_giou(a: Box, b: Box) -> float:
     return min(1.0, max(-1.0, value)) if math.isfinite(value) else -1.0
 
 
+def best_iou(box: Box, gold_boxes: tuple[Box, ...]) -> float:
+    """The box's IoU with its best-matching gold box (most records have one: then no generator is built)."""
+    if len(gold_boxes) == 1:
+        return box_iou(box, gold_boxes[0])
+    return max(box_iou(box, g) for g in gold_boxes)
+
+
 def match_score(box: Box, gold_boxes: tuple[Box, ...], metric: str = "iou") -> float:
     """The box's score against its best-matching gold box, in [0, 1] (GIoU rescaled as (g + 1) / 2)."""
     if metric == "giou":
         return max((box_giou(box, g) + 1.0) / 2.0 for g in gold_boxes)
-    return max(box_iou(box, g) for g in gold_boxes)
+    return best_iou(box, gold_boxes)
 
 
 def grounding_score(boxes: list[Box], facts: RecordFacts, metric: str = "iou") -> float | None:
