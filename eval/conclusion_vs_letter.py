@@ -1,0 +1,62 @@
+"""Does the reasoning name the right option while the answer letter is wrong? Per task family, from an evaluation's
+predictions: the accuracy of the answer letter, and the share of completions whose reasoning commits by content
+(the option's words or concepts, read by the consistency verifier) to the gold option and to no other. The gap
+between the two is what reasoning-answer consistency training can recover without seeing the images any better.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python eval/conclusion_vs_letter.py DATASET EVAL_DIR [EVAL_DIR ...]
+
+DATASET is the folder the evaluation ran on (e.g. runs/demo/data); each EVAL_DIR holds a predictions.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from pathlib import Path
+
+from medgrpo.data import load_records
+from medgrpo.eval.predictions import PREDICTIONS, read_predictions
+from medgrpo.rewards.claims import reading_of
+from medgrpo.rewards.consistency import commitments
+from medgrpo.rewards.facts import facts_of
+from medgrpo.rewards.parsing import parse_text
+
+
+def content_right(completion: str, facts) -> bool:
+    """The reasoning commits by content to the gold option alone (anywhere in the think block)."""
+    think = parse_text(completion).think
+    if think is None:
+        return False
+    return commitments(reading_of(think), facts).content == {facts.answer}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path)
+    parser.add_argument("eval_dirs", type=Path, nargs="+")
+    args = parser.parse_args()
+    records = {}
+    for split in ("train", "test"):
+        if (args.dataset / f"{split}.jsonl").is_file():
+            records.update({r.id: r for r in load_records(args.dataset, split=split, check_images=False)})
+    for eval_dir in args.eval_dirs:
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for row in read_predictions(eval_dir / PREDICTIONS):
+            record = records.get(row["id"])
+            if record is None or not record.options:
+                continue
+            facts = facts_of(record)
+            for key in (row["task"], "overall"):
+                c = counts[key]
+                c[0] += 1
+                c[1] += row["pred"] == record.answer
+                c[2] += content_right(row["completion"], facts)
+        print(f"{eval_dir}")
+        print(f"  {'task':<28} {'n':>4} {'letter right':>13} {'reasoning right':>16}")
+        for task in sorted(counts, key=lambda t: (t == "overall", t)):
+            n, letter, content = counts[task]
+            print(f"  {task:<28} {n:>4} {letter / n:>13.3f} {content / n:>16.3f}")
+
+
+if __name__ == "__main__":
+    main()
