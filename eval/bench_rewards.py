@@ -82,7 +82,7 @@ def columns_for(records, frames, rows) -> dict[str, list]:
 
 
 def clear_caches() -> None:
-    from medgrpo.rewards.claims import clear_sentences, read
+    from medgrpo.rewards.claims import read, read_sentence
     from medgrpo.rewards.columns import _row
     from medgrpo.rewards.consistency import clear_contents
     from medgrpo.rewards.evidence import _checks
@@ -90,8 +90,7 @@ def clear_caches() -> None:
     from medgrpo.rewards.parsing import _box_in
 
     clear_contents()
-    clear_sentences()
-    for fn in (read, _box_in, _row, _facts, _checks):
+    for fn in (read, read_sentence, _box_in, _row, _facts, _checks):
         fn.cache_clear()
 
 

@@ -207,29 +207,10 @@ def _flush(
                 polarity.add("normal")
 
 
-# sentence text -> its claims: a plain dict, so that a reasoning's sentences are looked up by one C-level map
-# (an lru_cache would be called once per sentence); bounded by starting over when full.
-_SENTENCES: dict[str, Sentence | None] = {}
-_SENTENCES_MAX = 1 << 16
-
-
+@lru_cache(maxsize=1 << 16)
 def read_sentence(text: str) -> Sentence | None:
     """The claims of one sentence (None when it is blank). Cached: completions of one prompt, and the gold
     reasoning they imitate, repeat many sentences word for word."""
-    if text in _SENTENCES:
-        return _SENTENCES[text]
-    if len(_SENTENCES) >= _SENTENCES_MAX:
-        _SENTENCES.clear()
-    sentence = _SENTENCES[text] = _read_sentence(text)
-    return sentence
-
-
-def clear_sentences() -> None:
-    """Empty the :func:`read_sentence` cache."""
-    _SENTENCES.clear()
-
-
-def _read_sentence(text: str) -> Sentence | None:
     low = text.lower()
     if len(low) != len(text):  # a few Unicode letters change length when lowered: keep indices aligned
         text = text.encode("ascii", "replace").decode("ascii")
@@ -331,11 +312,7 @@ def _sentences(text: str) -> list[str]:
 
 def reading_of(text: str) -> Reading:
     """Read a text into its claims, sentence by sentence (each sentence read once and cached)."""
-    pieces = _sentences(text)
-    found = list(map(_SENTENCES.get, pieces))  # None: not read yet, or blank
-    if None in found:
-        found = [s or read_sentence(piece) for s, piece in zip(found, pieces, strict=True)]
-    sentences = tuple(filter(None, found))
+    sentences = tuple(filter(None, map(read_sentence, _sentences(text))))  # blank ones are None
     low = text.lower().replace("-", " ")
     if not sentences:
         return Reading(low, (), _NO_SET, _NO_SET, _NO_SET, _NO_SET)

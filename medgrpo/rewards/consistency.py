@@ -93,6 +93,10 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
 
 
 def _by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
+    if not (sentence.asserted or sentence.denied or sentence.polarity) and not any(
+        literal and literal in sentence.low for literal in facts.option_literal
+    ):  # no claim, and no option's words: nothing below can match (most new sentences end here)
+        return _NONE
     hits: set[str] = set()
     by_text: list[int] = []
     for i, concepts in enumerate(facts.option_concepts):
