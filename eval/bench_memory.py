@@ -53,14 +53,24 @@ def live_pil_images() -> int:
 
 
 def reward_caches() -> list:
-    """The reward verifiers' bounded LRU caches (parsed completions, sentences, scores): they fill with every new
-    completion until their ``maxsize``, a growth that is expected and stops."""
+    """The reward verifiers' bounded LRU caches (sentences, record facts and checks): they fill with every new
+    sentence until their ``maxsize``, a growth that is expected and stops."""
     return [fn for name, module in list(sys.modules.items()) if name.startswith("medgrpo.rewards")
             for fn in vars(module).values() if hasattr(fn, "cache_info")]
 
 
+def clear_reward_caches() -> None:
+    from medgrpo.rewards.consistency import clear_contents
+
+    for fn in reward_caches():
+        fn.cache_clear()
+    clear_contents()  # the per-record content commitments (a bounded dict, not an LRU cache)
+
+
 def reward_cache_entries() -> int:
-    return sum(fn.cache_info().currsize for fn in reward_caches())
+    from medgrpo.rewards import consistency
+
+    return sum(fn.cache_info().currsize for fn in reward_caches()) + consistency._content_size[0]
 
 
 def fit_slope(steps: list[int], values: list[float]) -> float:
@@ -91,8 +101,7 @@ def run(model: Path, data: Path, out: Path, steps: int, image_every: int, clear_
     class RSS(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
             if clear_caches:
-                for fn in reward_caches():
-                    fn.cache_clear()
+                clear_reward_caches()
             row = {"step": state.global_step, "rss_mb": rss_mb(), "time_s": time.perf_counter() - start}
             if state.global_step % image_every == 0 or state.global_step in (1, steps):
                 row["pil_images"] = live_pil_images()
