@@ -170,6 +170,32 @@ def test_hadw_state_survives_checkpoint_and_resume(tiny_model_dirs, synth_dir, t
     assert state["steps"] == 3 and state["history"][:2] == saved["history"]
 
 
+def test_care_ema_survives_checkpoint_and_resume(tiny_model_dirs, synth_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from medgrpo.train.con_grpo_trainer import CARE_EMA_WEIGHTS
+
+    model_dir = tiny_model_dirs["qwen2_5_vl"]
+    first = make_trainer(model_dir, synth_dir, tmp_path, care_bonus=0.5, care_ema_every=1, care_ema_decay=0.5,
+                         save_strategy="steps", save_steps=1)
+    with torch.no_grad():  # the untrained ci policy may not move in 2 steps: make the EMA differ from it anyway
+        for param in first._ema_model.parameters():
+            param.add_(0.01)
+    first.train()
+    ema = {k: v.clone() for k, v in first._ema_model.state_dict().items()}
+    saved = load_file(tmp_path / "checkpoint-2" / CARE_EMA_WEIGHTS)
+    assert all(torch.equal(saved[k], ema[k]) for k in saved)
+
+    # the EMA differs from the initial weights, and a resume restores it (not a fresh copy of the policy);
+    # care_ema_every=100: no EMA update in the one step after the resume
+    resumed = make_trainer(model_dir, synth_dir, tmp_path, care_bonus=0.5, care_ema_every=100, max_steps=3)
+    initial = {k: v.clone() for k, v in resumed._ema_model.state_dict().items()}
+    assert any(not torch.equal(initial[k], ema[k]) for k in ema)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.variants_state()["care_ema_step"] == first.variants_state()["care_ema_step"] == 1
+    assert all(torch.equal(resumed._ema_model.state_dict()[k], ema[k]) for k in ema)
+
+
 def test_ablation_runner_table_and_reuse(tiny_model_dirs, synth_dir, tmp_path, capsys):
     import json
     from pathlib import Path

@@ -123,7 +123,8 @@ class ConGRPOConfig(GRPOConfig):
             GRPO-CARE (2025): an extra reward ``care_bonus * accuracy`` for correct completions whose answer tokens an
             EMA copy of the policy finds at least as likely, given the completion's own reasoning, as their group's
             other correct answers ([inferred] threshold); logged as ``rewards/care/mean``. The paper uses 0.5 with
-            KL off. 0 disables; the EMA copy costs one model's memory.
+            KL off. 0 disables; the EMA copy costs one model's memory and is saved in each checkpoint
+            (``medgrpo_care_ema.safetensors``), so a resumed run continues it instead of restarting it.
         care_ema_decay (`float`, defaults to `0.995`), care_ema_every (`int`, defaults to `10`):
             The EMA reference's decay and update interval in optimizer steps (the paper's values).
     """

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from safetensors.torch import load_model, save_model
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
@@ -36,6 +37,7 @@ from medgrpo.train.checkpoints import ResumeWeightsMixin
 from medgrpo.train.con_grpo_config import ConGRPOConfig
 
 VARIANTS_STATE = "medgrpo_variants_state.json"
+CARE_EMA_WEIGHTS = "medgrpo_care_ema.safetensors"
 _MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
             "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
 
@@ -118,6 +120,8 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
                           ("scope_temperature", self._scope_temp)):
             if obj is not None:
                 state[name] = obj.state_dict()
+        if self._ema_model is not None:  # its weights go in their own file (CARE_EMA_WEIGHTS)
+            state["care_ema_step"] = self._ema_step
         return state
 
     def load_variants_state(self, state: dict[str, Any]) -> None:
@@ -125,6 +129,8 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
                           ("scope_temperature", self._scope_temp)):
             if obj is not None and name in state:
                 obj.load_state_dict(state[name])
+        if self._ema_model is not None and "care_ema_step" in state:
+            self._ema_step = state["care_ema_step"]
         if self._scope_temp is not None:
             self._set_sampling_temperature(self._scope_temp.temperature)
 
@@ -135,6 +141,10 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
         if state and self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
+            if self._ema_model is not None:  # GRPO-CARE's reference: a resume must not restart it from the policy
+                tmp = os.path.join(folder, CARE_EMA_WEIGHTS + ".tmp")
+                save_model(self._ema_model, tmp)  # save_model, not save_file: tied embeddings share storage
+                os.replace(tmp, os.path.join(folder, CARE_EMA_WEIGHTS))
             tmp = os.path.join(folder, VARIANTS_STATE + ".tmp")
             with open(tmp, "w") as fh:
                 json.dump(state, fh)
@@ -147,6 +157,9 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
         if path is not None and os.path.isfile(path):
             with open(path) as fh:
                 self.load_variants_state(json.load(fh))
+        ema = os.path.join(checkpoint, CARE_EMA_WEIGHTS) if checkpoint is not None else None
+        if self._ema_model is not None and ema is not None and os.path.isfile(ema):
+            load_model(self._ema_model, ema, device=str(next(self._ema_model.parameters()).device))
 
     def _log_variant(self, name: str, value: float) -> None:
         mode = "train" if self.model.training else "eval"
