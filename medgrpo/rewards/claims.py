@@ -155,7 +155,6 @@ class Sentence:
     polarity: frozenset[str]  # subset of {"normal", "abnormal"}
     descriptors: frozenset[str]  # when it asserts a finding or cites a box: the descriptors of that finding
     observed: bool  # it cites a box or asserts something visual (a concept of VISUAL_CATEGORIES)
-    claims: tuple[frozenset[str], ...]  # (asserted, denied, polarity, descriptors), for Reading's unions
 
 
 @dataclass(eq=False, slots=True)
@@ -172,8 +171,7 @@ class Reading:
 
 
 _NO_SET: frozenset[str] = frozenset()
-_NO_CLAIMS = (_NO_SET,) * 4
-_CLAIMS = attrgetter("claims")
+_CLAIMS = attrgetter("asserted", "denied", "polarity", "descriptors")  # one C call per sentence
 _start = methodcaller("start")
 _IS_FINDING = {c: CATEGORY[c] in _FINDING_CATS for c in CATEGORY}
 _IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
@@ -221,7 +219,7 @@ def read_sentence(text: str) -> Sentence | None:
     words = list((_WORDS_ASCII if low.isascii() else _WORDS).finditer(" " + low))
     marks = list(_MARKS.finditer(low))
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
-        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, _NO_CLAIMS)
+        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
     boxes = 0
     cue = neg = neut = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
@@ -276,24 +274,17 @@ def read_sentence(text: str) -> Sentence | None:
             asserted.add(whole)
     is_finding = boxes > 0 or any(_IS_FINDING[c] for c in asserted)
     descriptors = frozenset(c for c in asserted if _IS_DESCRIPTOR[c]) if is_finding else _NO_SET
-    claims = (
-        frozenset(asserted) if asserted else _NO_SET,
-        frozenset(denied) if denied else _NO_SET,
-        frozenset(polarity) if polarity else _NO_SET,
-        descriptors or _NO_SET,
-    )
     return Sentence(
         low,
-        claims[0],
-        claims[1],
+        frozenset(asserted) if asserted else _NO_SET,
+        frozenset(denied) if denied else _NO_SET,
         frozenset(letters) if letters else _NO_SET,
         frozenset(denied_letters) if denied_letters else _NO_SET,
         cue,
         boxes,
-        claims[2],
-        claims[3],
+        frozenset(polarity) if polarity else _NO_SET,
+        descriptors or _NO_SET,
         boxes > 0 or not _VISUAL.isdisjoint(asserted),
-        claims,
     )
 
 

@@ -84,15 +84,8 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
 
     When one matched option's concepts are a strict subset of another's, the more specific option wins; an
     option naming a part ("left side") loses to one naming the whole ("both sides", see ``IMPLIED``).
-    Cached: sentences recur across the completions of one prompt (:func:`contents`).
+    Not cached itself: :func:`contents` caches it per record, as sentences recur across a prompt's completions.
     """
-    known = _CONTENT.get(facts)
-    if known is not None and sentence in known:
-        return known[sentence]
-    return contents((sentence,), facts)[0]
-
-
-def _by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     if not (sentence.asserted or sentence.denied or sentence.polarity) and not any(
         literal and literal in sentence.low for literal in facts.option_literal
     ):  # no claim, and no option's words: nothing below can match (most new sentences end here)
@@ -146,7 +139,7 @@ def contents(sentences: tuple[Sentence, ...] | list[Sentence], facts: RecordFact
             known = _CONTENT[facts] = {}
         for i, value in enumerate(content):
             if value is None:
-                content[i] = known[sentences[i]] = _by_content(sentences[i], facts)
+                content[i] = known[sentences[i]] = by_content(sentences[i], facts)
                 _content_size[0] += 1
     return content
 
