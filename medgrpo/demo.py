@@ -39,8 +39,8 @@ def _done(start: float, timings: dict[str, float], key: str) -> None:
 
 def _stage_args(recipe: Path, overrides: dict[str, Any]) -> list[str]:
     argv = ["--config", str(recipe)]
-    for key, value in overrides.items():
-        argv += [f"--{key}", str(value)]
+    for key, value in overrides.items():  # a list is several values after one flag, as HfArgumentParser reads it
+        argv += [f"--{key}", *map(str, value if isinstance(value, list) else [value])]
     return argv
 
 

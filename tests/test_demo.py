@@ -26,3 +26,17 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
     # A second run into the same folder reuses every finished stage instead of training again.
     again = run_demo(out, n_train=20, n_test=10, seed=1, max_new_tokens=16)
     assert again["after_con_grpo"] == report["after_con_grpo"]
+
+
+def test_demo_overrides_reach_the_recipe_parser_lists_included(tmp_path):
+    from medgrpo.demo import REPO_RECIPES, _stage_args
+    from medgrpo.train.args import DataArguments, MedModelConfig
+    from medgrpo.train.con_grpo_config import ConGRPOConfig
+    from medgrpo.train.run import parse_args
+
+    overrides = {"reward_funcs": ["format", "accuracy"], "reward_weights": [0.5, 1.0], "learning_rate": 1e-4,
+                 "output_dir": tmp_path / "out"}
+    argv = _stage_args(REPO_RECIPES / "con_grpo.yaml", overrides)
+    _, config, _ = parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "test")
+    assert config.reward_funcs == ["format", "accuracy"] and config.reward_weights == [0.5, 1.0]
+    assert config.learning_rate == 1e-4 and config.max_steps == 60  # the rest still comes from the recipe
