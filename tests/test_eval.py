@@ -277,3 +277,25 @@ def test_judge_backend_scores_reach_metrics(synth_dir, tmp_path, monkeypatch):
     assert ov["evidence/visual_grounding"]["value"] == 0.25 and ov["evidence/no_contradiction"]["value"] == 0.0
     assert ov["evidence"]["value"] == pytest.approx(0.5)
     assert metrics["generation"]["evidence_backend"] == "judge"
+
+
+def test_conclusion_vs_letter_separates_reasoning_from_letter(synth_dir, tmp_path, monkeypatch, capsys):
+    """Gold reasoning with the letter always "A": reasoning right everywhere, letter right only where A is gold, and
+    the per-option tally shows the one letter given."""
+    import runpy
+
+    records = [r for r in load_records(synth_dir, split="test") if r.task == "modality_classification"]
+    rows = [{"id": r.id, "task": r.task, "pred": "A", "completion": f"<think>{r.cot}</think><answer>A</answer>"}
+            for r in records]
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    argv = ["conclusion_vs_letter.py", str(synth_dir), str(tmp_path / "eval"), "--letters", "modality_classification"]
+    monkeypatch.setattr("sys.argv", argv)
+    runpy.run_path(str(REPO / "eval" / "conclusion_vs_letter.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    n, letter, reasoning = out.split("modality_classification")[1].split()[:3]
+    assert int(n) == len(records) and float(reasoning) == 1.0
+    assert float(letter) == pytest.approx(sum(r.answer == "A" for r in records) / len(records), abs=1e-3)
+    tally = out.split("letter given per gold option")[1].splitlines()[1:]
+    golds = {r.options[r.letters.index(r.answer)] for r in records}
+    assert len(tally) == len(golds) and all(line.split()[-1].startswith("A:") for line in tally)
