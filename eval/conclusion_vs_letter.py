@@ -65,6 +65,8 @@ def main() -> None:
             print(f"  {task:<28} {n:>4} {letter / n:>13.3f} {content / n:>16.3f}")
         if args.letters:
             print(f"  {args.letters}: letter given per gold option (the gold letter varies with the options shown)")
+            if not letters:
+                print(f"    no predictions for task '{args.letters}' (tasks: {', '.join(sorted(set(counts) - {'overall'}))})")
             for gold, given in sorted(letters.items()):
                 print(f"    {gold:<28} " + "  ".join(f"{k}:{v}" for k, v in sorted(given.items(), key=str)))
 

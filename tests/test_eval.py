@@ -299,3 +299,15 @@ def test_conclusion_vs_letter_separates_reasoning_from_letter(synth_dir, tmp_pat
     tally = out.split("letter given per gold option")[1].splitlines()[1:]
     golds = {r.options[r.letters.index(r.answer)] for r in records}
     assert len(tally) == len(golds) and all(line.split()[-1].startswith("A:") for line in tally)
+
+
+def test_conclusion_vs_letter_names_the_tasks_when_letters_task_is_unknown(synth_dir, tmp_path, monkeypatch, capsys):
+    import runpy
+
+    record = load_records(synth_dir, split="test")[0]
+    row = {"id": record.id, "task": record.task, "pred": "A", "completion": "<think>x</think><answer>A</answer>"}
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "predictions.jsonl").write_text(json.dumps(row) + "\n")
+    monkeypatch.setattr("sys.argv", ["c.py", str(synth_dir), str(tmp_path / "eval"), "--letters", "modality"])
+    runpy.run_path(str(REPO / "eval" / "conclusion_vs_letter.py"), run_name="__main__")
+    assert f"no predictions for task 'modality' (tasks: {record.task})" in capsys.readouterr().out
