@@ -135,6 +135,14 @@ def test_grpo_both_ranks_ran(split_run):
         assert all(len(row["ids"]) == 2 and len(row["advantages"]) == 2 for row in rows)
 
 
+def test_every_rank_closes_its_process_group(split_run, variants_run):
+    """``main`` destroys the process group on each rank before returning, instead of leaving gloo's threads to an
+    interpreter shutdown that can abort a rank after a run that succeeded (seen once in CI)."""
+    for run in (split_run, variants_run):
+        closed = {path.name: json.loads(path.read_text()) for path in run.glob("closed-rank*")}
+        assert closed == {f"closed-rank{rank}": True for rank in range(WORLD)}
+
+
 def _group_advantages(rewards: list[list[float]], weights: list[float], size: int) -> list[float]:
     """TRL's default advantage (sum_then_normalize, scale_rewards="group"): (r - group mean) / (group std + 1e-4),
     the std with Bessel's correction, over consecutive groups of ``size`` rows."""
@@ -271,4 +279,9 @@ if __name__ == "__main__":  # launched by accelerate: probe-output folder, then 
     probe_dir = Path(sys.argv[1])
     probe_dir.mkdir(parents=True, exist_ok=True)
     _install_probe(probe_dir)
-    sys.exit(con_grpo.main(sys.argv[2:]))
+    code = con_grpo.main(sys.argv[2:])
+    import torch.distributed as dist
+
+    # What main left behind: a process group still open at interpreter shutdown can abort the rank (SIGABRT).
+    (probe_dir / f"closed-rank{os.environ['RANK']}").write_text(json.dumps(not dist.is_initialized()))
+    sys.exit(code)

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 import yaml
 from trl import TrlParser, get_peft_config
 
@@ -206,4 +207,19 @@ def cli(run: Callable[[list[str] | None], Any], argv: list[str] | None) -> int:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"medgrpo: {message}", file=sys.stderr)
         return 2
+    _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """After a run that succeeded, let every rank finish its writes, then destroy the process group.
+
+    Left to interpreter shutdown, gloo's worker threads can still hold tensors whose release needs the GIL of a
+    dying interpreter: the rank then dies with SIGABRT ("terminate called without an active exception") after
+    the run has saved everything, and ``accelerate launch`` reports the whole run as failed (seen in a 2-rank CI
+    run). PyTorch asks scripts to call ``destroy_process_group`` at the end of ``main``. Only on success: after an
+    error the other ranks may still be inside a collective, and a barrier there would hang instead of failing.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
