@@ -332,7 +332,15 @@ def load_nifti(path: Path) -> np.ndarray:
         import nibabel
     except ImportError:
         raise BuildError(f"{path}: reading NIfTI needs the optional package nibabel (pip install nibabel)") from None
-    return np.asarray(nibabel.load(str(path)).dataobj)
+    try:
+        volume = np.asarray(nibabel.load(str(path)).dataobj)
+    except Exception as exc:  # nibabel, gzip and zlib each raise their own kind for a damaged file
+        raise BuildError(f"{path}: not a readable NIfTI volume ({type(exc).__name__}: {exc})") from None
+    while volume.ndim > 3 and volume.shape[-1] == 1:  # (x, y, z, 1): a single-frame series
+        volume = volume[..., 0]
+    if volume.ndim != 3:
+        raise BuildError(f"{path}: expected a 3-D volume (x, y, z), got shape {volume.shape}")
+    return volume
 
 
 def load_mask(item: SourceItem) -> np.ndarray:
