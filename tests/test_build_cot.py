@@ -155,3 +155,40 @@ def test_qc_rejects_contradicting_cot():
                   "<box>[40, 10, 56, 20]</box>. The answer is B.")
     result = qc(record)
     assert not result.ok and result.reason.startswith("consistency")
+
+
+@pytest.fixture(scope="module")
+def local_lm(tmp_path_factory) -> Path:
+    """A random-init Qwen2 causal LM over the tiny tokenizer, saved as a local folder (what ``{local: PATH}``
+    names): the real LocalTeacher path (chat template, greedy generate, decode of the new tokens only)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from medgrpo.models.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("teacher") / "lm"
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_local_teacher_generates_greedily_and_its_rejected_rewrites_fall_back(local_lm):
+    from medgrpo.data.build.cot import LocalTeacher, make_teacher, teacher_messages
+
+    teacher = make_teacher({"local": str(local_lm), "max_new_tokens": 8})
+    assert isinstance(teacher, LocalTeacher)
+    messages = teacher_messages(template_cot(_record(), random.Random(0)), _record())
+    reply = teacher(messages)
+    assert isinstance(reply, str) and reply == teacher(messages)  # greedy: the same reply twice
+    longest = max(len(token) for token in teacher.tokenizer.get_vocab())
+    assert 0 < len(reply) <= 8 * longest and "Draft reasoning" not in reply  # the 8 new tokens, not the prompt
+    record, counts = _record(), Counter()
+    cot = synthesize(record, random.Random(0), counts, teacher, attempts=2)
+    # a random model keeps none of the draft's claims: both rewrites rejected, the template kept
+    assert counts["teacher_rejected"] == 2 and counts["teacher_fallback"] == 1 and counts["teacher_accepted"] == 0
+    assert cot == template_cot(_record(), random.Random(0)) and qc(record).ok
