@@ -3,7 +3,10 @@ found before training), and PHI safety across every artifact the data pipeline w
 
 import json
 import logging
+import subprocess
+import sys
 
+import datasets
 import numpy as np
 import pytest
 from PIL import Image
@@ -12,6 +15,7 @@ from medgrpo.data import BuildReport, ImageSettings, to_grpo_dataset, to_sft_dat
 from medgrpo.data.adapters import convert
 from medgrpo.data.boxes import ImageGrid
 from medgrpo.data.dicom import write_dicom
+from medgrpo.data.preprocess import prepare_images
 from medgrpo.data.record import MedADRecord, RecordError, load_records
 
 GRID = ImageGrid("abs", factor=28, min_pixels=56 * 56, max_pixels=28 * 28 * 16)
@@ -97,7 +101,8 @@ PHI = {"PatientName": "Doe^Janeprivate", "PatientID": "MRN-99887766", "PatientBi
        "StudyDate": "20240229", "InstitutionName": "St Example Hospital", "AccessionNumber": "ACC5551234"}
 
 
-def test_phi_never_leaves_the_dicom_loader(tmp_path, caplog):
+def test_phi_never_leaves_the_dicom_loader(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))  # rows files scanned too
     src = tmp_path / "src"
     (src / "imgs").mkdir(parents=True)
     hu = np.random.default_rng(0).integers(0, 2000, (60, 80)).astype(np.uint16)
@@ -119,6 +124,7 @@ def test_phi_never_leaves_the_dicom_loader(tmp_path, caplog):
     artifacts = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(src)]
     kinds = {p.suffix for p in artifacts}
     assert {".px", ".arrow", ".dcm", ".jsonl", ".md"} <= kinds  # cache, saved datasets, converted folder
+    assert list((tmp_path / "hf-cache").glob("medgrpo-rows-*/rows.arrow"))  # the builders' own rows files
     needles = [v.encode() for v in PHI.values()] + [v.encode("utf-16-le") for v in PHI.values()]
     for path in artifacts:
         data = path.read_bytes()
@@ -146,3 +152,47 @@ def test_images_are_a_fixed_point_of_each_tiny_processor(tiny_model_dirs, synth_
             (_, gh, gw), = processor.image_processor(images=row["images"][:1], return_tensors="np")["image_grid_thw"]
             assert [gw * patch, gh * patch] == row["model_image_size"], arch
             assert row["box_format"] == ("abs" if arch == "qwen2_5_vl" else "rel1000")
+
+
+def test_rows_are_streamed_to_a_memory_mapped_file_losslessly(root, tmp_path, monkeypatch):
+    """The dataset is backed by one Arrow file in a medgrpo-rows-* folder of the datasets cache (host memory
+    does not grow with the dataset), and its images decode to exactly the prepared pixels."""
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+    records = [_rec("m", images=("a.png", "b.png")), _rec("n")]
+    for build in (to_sft_dataset, to_grpo_dataset):
+        ds = build(records, root, GRID)
+        files = [f["filename"] for f in ds.cache_files]
+        assert len(files) == 1 and files[0].startswith(str(cache)) and "medgrpo-rows-" in files[0]
+        for row, record in zip(ds, records, strict=True):
+            prepared, _ = prepare_images(record, root, GRID)
+            assert len(row["images"]) == len(prepared)
+            for got, want in zip(row["images"], prepared, strict=True):
+                np.testing.assert_array_equal(np.asarray(got.convert("RGB")), np.asarray(want))
+
+
+def test_a_failed_build_leaves_no_rows_folder(root, tmp_path, monkeypatch):
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+    with pytest.raises(RecordError, match="row 2"):
+        to_grpo_dataset([_rec("ok"), BAD["corrupt image"]], root, GRID, on_bad_record="error")
+    with pytest.raises(RecordError, match="no usable records"):
+        to_sft_dataset([BAD["missing image"]], root, GRID, on_bad_record="skip")
+    assert not list(cache.glob("medgrpo-rows-*"))
+
+
+def test_the_rows_folder_goes_when_the_process_exits(root, tmp_path):
+    script = (
+        "import sys; from medgrpo.data import to_sft_dataset; from medgrpo.data.boxes import ImageGrid;"
+        "from medgrpo.data.record import MedADRecord;"
+        "r = MedADRecord(id='x', images=['a.png'], question='Q?', options=['Yes', 'No'], answer='A', task='other');"
+        "ds = to_sft_dataset([r], sys.argv[1], ImageGrid('abs', 28, 3136, 12544));"
+        "print(ds.cache_files[0]['filename'])"
+    )
+    env = {"HF_DATASETS_CACHE": str(tmp_path / "hf-cache"), "HF_HUB_OFFLINE": "1", "PATH": ""}
+    proc = subprocess.run([sys.executable, "-c", script, str(root)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = proc.stdout.strip().splitlines()[-1]
+    assert written.startswith(str(tmp_path / "hf-cache")) and written.endswith("rows.arrow")
+    assert not list((tmp_path / "hf-cache").glob("medgrpo-rows-*"))
