@@ -196,3 +196,28 @@ def test_the_rows_folder_goes_when_the_process_exits(root, tmp_path):
     written = proc.stdout.strip().splitlines()[-1]
     assert written.startswith(str(tmp_path / "hf-cache")) and written.endswith("rows.arrow")
     assert not list((tmp_path / "hf-cache").glob("medgrpo-rows-*"))
+
+
+def test_an_unwritable_datasets_cache_is_one_line(root, tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(blocker / "cache"))
+    with pytest.raises(RecordError, match=r"HF_DATASETS_CACHE .*not-a-folder/cache: cannot hold the training rows"):
+        to_sft_dataset([_rec("ok")], root, GRID)
+
+
+def test_a_disk_full_while_writing_rows_is_one_line_and_leaves_nothing(root, tmp_path, monkeypatch):
+    import errno
+
+    from datasets.arrow_writer import ArrowWriter
+
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ArrowWriter, "finalize", full)
+    with pytest.raises(RecordError, match=r"cannot hold the training rows \(No space left on device\)"):
+        to_grpo_dataset([_rec("ok")], root, GRID)
+    assert not list(cache.glob("medgrpo-rows-*"))

@@ -126,15 +126,22 @@ def _write_dataset(rows: Iterable[dict[str, Any]], features: datasets.Features) 
     memory-map it. The folder goes when the process exits, or at once when a row fails (nothing half-written
     is left behind)."""
     cache = Path(datasets.config.HF_DATASETS_CACHE)
-    cache.mkdir(parents=True, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="medgrpo-rows-", dir=cache)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix="medgrpo-rows-", dir=cache)
+    except OSError as exc:
+        raise RecordError(f"HF_DATASETS_CACHE {cache}: cannot hold the training rows ({exc.strerror or exc})") from None
     path = str(Path(folder) / "rows.arrow")
     try:
         with ArrowWriter(features=features, path=path) as writer:
-            for row in rows:
+            for row in rows:  # a bad record raises RecordError here, from _prepared
                 writer.write(features.encode_example(row))
             writer.finalize()
         dataset = datasets.Dataset.from_file(path)
+    except OSError as exc:  # the disk filled up, or the folder went away, while writing
+        _remove(folder)
+        raise RecordError(f"HF_DATASETS_CACHE {cache}: cannot hold the training rows ({exc.strerror or exc}); "
+                          "point it at a disk with room") from None
     except BaseException:
         _remove(folder)
         raise
