@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 import yaml
@@ -49,8 +50,11 @@ def log_keys(out: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
-def test_sft_then_con_grpo_each_architecture(tiny_model_dirs, synth_dir, tmp_path, arch):
+def test_sft_then_con_grpo_each_architecture(tiny_model_dirs, synth_dir, tmp_path, arch, monkeypatch):
+    rows_cache = tmp_path / "hf-cache"  # where the stages stream their rows; each stage removes its own
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(rows_cache))
     sft_out = train_sft(*parse_args(SFT_TYPES, sft_argv(tiny_model_dirs[arch], synth_dir, tmp_path / "sft"), "t"))
+    assert rows_cache.is_dir() and not list(rows_cache.glob("medgrpo-rows-*"))
     assert (sft_out / "model.safetensors").is_file() and (sft_out / "medgrpo_run.json").is_file()
     assert json.loads((sft_out / "medgrpo_run.json").read_text())["stage"] == "sft"
 
@@ -65,6 +69,7 @@ def test_sft_then_con_grpo_each_architecture(tiny_model_dirs, synth_dir, tmp_pat
     assert any(k.startswith("tasks/") and k.endswith("/accuracy") for k in keys)
     model = AutoModelForImageTextToText.from_pretrained(grpo_out)
     assert model.config.model_type == arch
+    assert not list(rows_cache.glob("medgrpo-rows-*"))
 
 
 def test_lora_sft_then_grpo_from_merged_adapter(tiny_model_dirs, synth_dir, tmp_path):

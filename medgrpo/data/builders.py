@@ -117,18 +117,32 @@ def _png(image: Image.Image) -> dict[str, Any]:
     return {"bytes": buffer.getvalue(), "path": None}
 
 
+ROWS_PREFIX = "medgrpo-rows-"
+"""Name prefix of the folders the builders write their rows to, in the ``datasets`` cache."""
+
+
 def _remove(folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def release_rows(dataset: datasets.Dataset) -> None:
+    """Remove the rows folder behind a dataset these builders made, once nothing reads it any more. The training
+    stages call it when they finish, so an in-process sweep (``medgrpo ablate``) does not pile up one copy of
+    the resized images per run until it exits; other folders (any dataset not made here) are left alone."""
+    for entry in dataset.cache_files:
+        folder = Path(entry["filename"]).parent
+        if folder.name.startswith(ROWS_PREFIX):
+            _remove(str(folder))
+
+
 def _write_dataset(rows: Iterable[dict[str, Any]], features: datasets.Features) -> datasets.Dataset:
     """Stream ``rows`` into an Arrow file in a fresh ``medgrpo-rows-*`` folder of the ``datasets`` cache and
-    memory-map it. The folder goes when the process exits, or at once when a row fails (nothing half-written
-    is left behind)."""
+    memory-map it. The folder goes with :func:`release_rows` or when the process exits, and at once when a row
+    fails (nothing half-written is left behind)."""
     cache = Path(datasets.config.HF_DATASETS_CACHE)
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        folder = tempfile.mkdtemp(prefix="medgrpo-rows-", dir=cache)
+        folder = tempfile.mkdtemp(prefix=ROWS_PREFIX, dir=cache)
     except OSError as exc:
         raise RecordError(f"HF_DATASETS_CACHE {cache}: cannot hold the training rows ({exc.strerror or exc})") from None
     path = str(Path(folder) / "rows.arrow")

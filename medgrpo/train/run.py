@@ -18,6 +18,7 @@ import yaml
 from trl import TrlParser, get_peft_config
 
 from medgrpo.data import LoadReport, MedADRecord, RecordError, load_records
+from medgrpo.data.builders import release_rows
 from medgrpo.models.loading import MAX_ADAPTER_DEPTH, RUN_INFO, adapter_base, locate
 from medgrpo.train.args import DataArguments
 from medgrpo.train.checkpoints import resume_checkpoint
@@ -160,15 +161,18 @@ def train_stage(
         system_prompt=data_args.system_prompt_text(),
         on_bad_record=data_args.on_bad_record,
     )
-    trainer = trainer_cls(
-        model=model,
-        args=training_args,
-        train_dataset=dataset,
-        processing_class=processor,
-        peft_config=get_peft_config(model_args),
-    )
-    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args.output_dir,
-                                                           training_args.resume_from_checkpoint))
+    try:
+        trainer = trainer_cls(
+            model=model,
+            args=training_args,
+            train_dataset=dataset,
+            processing_class=processor,
+            peft_config=get_peft_config(model_args),
+        )
+        trainer.train(resume_from_checkpoint=resume_checkpoint(training_args.output_dir,
+                                                               training_args.resume_from_checkpoint))
+    finally:
+        release_rows(dataset)  # the resized images on disk; the weights hold what training learned
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json with the whole log history, next to the weights
     if trainer.accelerator.is_main_process:
