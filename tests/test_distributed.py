@@ -102,10 +102,11 @@ def grpo(sft: Path, data: Path, out: Path, *extra: str) -> Path:
 
 @pytest.fixture(scope="module")
 def split_run(sft_run, short_data, tmp_path_factory) -> Path:
-    """Con-GRPO, plain TRL advantages, 2 completions per rank: every group of 4 is split across the two ranks."""
+    """Con-GRPO, plain TRL advantages, 2 completions per rank: every group of 4 is split across the two ranks
+    (so no group edit: the recipe's GCPO injection needs whole groups on each rank)."""
     out = tmp_path_factory.mktemp("grpo") / "split"
     return grpo(sft_run, short_data, out, "--per_device_train_batch_size", "2", "--max_steps", "4",
-                "--save_strategy", "steps", "--save_steps", "4")
+                "--save_strategy", "steps", "--save_steps", "4", "--golden_injection", "false")
 
 
 @pytest.fixture(scope="module")
