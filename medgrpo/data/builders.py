@@ -7,8 +7,8 @@ missing or corrupt image is found before training starts and can never crash a r
 it in a :class:`BuildReport` and logs the count and ids at the end.
 
 Rows are streamed, one record at a time, into an Arrow file under the ``datasets`` cache
-(``HF_DATASETS_CACHE``, a ``medgrpo-rows-*`` folder removed when the process exits) and the dataset is
-memory-mapped from it, so host memory does not grow with the dataset (``eval/bench_dataset.py``: at the GPU
+(``HF_DATASETS_CACHE``, a ``medgrpo-rows-*`` folder that :func:`release_rows` removes when a training stage ends,
+and an exit hook otherwise) and the dataset is memory-mapped from it, so host memory does not grow with the dataset (``eval/bench_dataset.py``: at the GPU
 recipes' ``max_pixels``, 400 records held in memory grew the process by 2.9 GB, streamed by 0.2 GB, flat in the
 number of records). Images are stored as PNG at zlib level 1: lossless like the default level 6, several times
 faster to write, and of similar size for medical images.
@@ -54,6 +54,10 @@ GRPO_FEATURES = datasets.Features({
     "target": _STR,
 })
 """Fixed Arrow types: strings are ``""`` rather than None so that shards and splits always concatenate."""
+
+
+ROWS_PREFIX = "medgrpo-rows-"
+"""Name prefix of the folders the builders write their rows to, in the ``datasets`` cache."""
 
 
 @dataclass
@@ -115,10 +119,6 @@ def _png(image: Image.Image) -> dict[str, Any]:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", compress_level=1)
     return {"bytes": buffer.getvalue(), "path": None}
-
-
-ROWS_PREFIX = "medgrpo-rows-"
-"""Name prefix of the folders the builders write their rows to, in the ``datasets`` cache."""
 
 
 def _remove(folder: str) -> None:
