@@ -8,6 +8,15 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The training rows the builders stream to disk go to a session folder, not the user's ~/.cache (subprocesses
+# inherit it; a run the fault tests kill -9 leaves its rows folder there).
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+if "HF_DATASETS_CACHE" not in os.environ:
+    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="medgrpo-tests-datasets-")
+    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], True)
 
 from pathlib import Path  # noqa: E402
 

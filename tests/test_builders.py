@@ -3,6 +3,7 @@ found before training), and PHI safety across every artifact the data pipeline w
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -221,3 +222,24 @@ def test_a_disk_full_while_writing_rows_is_one_line_and_leaves_nothing(root, tmp
     with pytest.raises(RecordError, match=r"cannot hold the training rows \(No space left on device\)"):
         to_grpo_dataset([_rec("ok")], root, GRID)
     assert not list(cache.glob("medgrpo-rows-*"))
+
+
+def test_rows_folders_of_dead_processes_on_this_host_are_swept(root, tmp_path, monkeypatch):
+    """A process killed with SIGKILL cannot clean up; the next build on the same host removes its folder, and
+    leaves those of live processes and of other hosts (a shared cache) alone."""
+    import socket
+
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    stale = cache / f"medgrpo-rows-{host}-{dead.pid}-abc"
+    live = cache / f"medgrpo-rows-{host}-{os.getppid()}-abc"
+    elsewhere = cache / f"medgrpo-rows-other-host-{dead.pid}-abc"
+    for folder in (stale, live, elsewhere):
+        folder.mkdir(parents=True)
+        (folder / "rows.arrow").write_bytes(b"")
+    ds = to_sft_dataset([_rec("ok")], root, GRID)
+    assert not stale.exists() and live.is_dir() and elsewhere.is_dir()
+    assert f"medgrpo-rows-{host}-{os.getpid()}-" in ds.cache_files[0]["filename"]

@@ -20,7 +20,9 @@ import atexit
 import io
 import json
 import logging
+import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -135,14 +137,37 @@ def release_rows(dataset: datasets.Dataset) -> None:
             _remove(str(folder))
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _sweep_stale(cache: Path) -> None:
+    """Remove the rows folders of this host's processes that died without cleaning up (kill -9, the OOM killer):
+    their names carry host and pid. Other hosts' folders (a shared cache) are never touched; a reused pid keeps
+    its folder, which errs on the safe side."""
+    mine = f"{ROWS_PREFIX}{socket.gethostname()}-"
+    for folder in cache.glob(f"{mine}*"):
+        pid = folder.name[len(mine):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            _remove(str(folder))
+
+
 def _write_dataset(rows: Iterable[dict[str, Any]], features: datasets.Features) -> datasets.Dataset:
-    """Stream ``rows`` into an Arrow file in a fresh ``medgrpo-rows-*`` folder of the ``datasets`` cache and
-    memory-map it. The folder goes with :func:`release_rows` or when the process exits, and at once when a row
-    fails (nothing half-written is left behind)."""
+    """Stream ``rows`` into an Arrow file in a fresh ``medgrpo-rows-<host>-<pid>-*`` folder of the ``datasets``
+    cache and memory-map it. The folder goes with :func:`release_rows` or when the process exits, at once when a
+    row fails (nothing half-written is left behind), and, should the process be killed, with the next build on
+    this host (:func:`_sweep_stale`)."""
     cache = Path(datasets.config.HF_DATASETS_CACHE)
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        folder = tempfile.mkdtemp(prefix=ROWS_PREFIX, dir=cache)
+        _sweep_stale(cache)
+        folder = tempfile.mkdtemp(prefix=f"{ROWS_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=cache)
     except OSError as exc:
         raise RecordError(f"HF_DATASETS_CACHE {cache}: cannot hold the training rows ({exc.strerror or exc})") from None
     path = str(Path(folder) / "rows.arrow")
