@@ -19,6 +19,13 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
     for row in saved["after_sft"].values():
         assert set(row) == set(METRICS)
     assert (out / "demo_report.md").read_text() == report_markdown(report)
+    # The overall change comes with a paired interval, and it is the difference of the two tables' cells.
+    for change in saved["change"].values():
+        assert change["ci_low"] <= change["delta"] <= change["ci_high"] and 0 < change["n"] <= 10
+    for metric in ("accuracy", "consistency"):  # scored on every record, so the same rows as the tables
+        delta = saved["after_con_grpo"]["overall"][metric] - saved["after_sft"]["overall"][metric]
+        assert abs(saved["change"][metric]["delta"] - delta) < 1e-9 and saved["change"][metric]["n"] == 10
+    assert "paired bootstrap 95% interval" in (out / "demo_report.md").read_text()
     assert (out / "eval_sft" / "metrics.json").is_file() and (out / "eval_con_grpo" / "metrics.json").is_file()
     assert (out / "export" / "README.md").is_file()
     assert "--option-order canonical" in (out / "data" / "README.md").read_text()  # the demo's data choice

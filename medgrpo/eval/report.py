@@ -176,34 +176,46 @@ def write_report(metrics: dict[str, Any], out: str | Path) -> None:
     write_atomic(out / "report.md", render_markdown(metrics, plots))
 
 
+def _scored(run_dir: Path) -> dict[tuple[str, str], dict[str, float | None]]:
+    if not (run_dir / "metrics.json").is_file() or not (run_dir / PREDICTIONS).is_file():
+        raise EvalError(f"{run_dir}: not an evaluation folder (no metrics.json / {PREDICTIONS}); run medgrpo eval first")
+    return {(r["dataset"], r["id"]): row_metrics(r) for r in read_predictions(run_dir / PREDICTIONS)}
+
+
+def paired_deltas(base_dir: str | Path, run_dir: str | Path, n_boot: int = 1000) -> list[dict[str, Any]]:
+    """Per dataset and headline metric, ``{"dataset", "metric", "baseline", "run", "delta", "ci_low",
+    "ci_high", "n"}``: the run's change over the baseline on the records both scored (matched by dataset and
+    id), with a paired percentile-bootstrap 95% interval, so the two are compared item by item."""
+    base, rows = _scored(Path(base_dir)), _scored(Path(run_dir))
+    out = []
+    for ds in sorted({k[0] for k in rows} & {k[0] for k in base}):
+        keys = sorted(k for k in rows.keys() & base.keys() if k[0] == ds)
+        for m in HEADLINE:
+            pairs = [(base[k][m], rows[k][m]) for k in keys if base[k][m] is not None and rows[k][m] is not None]
+            if not pairs:
+                continue
+            a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+            delta, lo, hi = paired_delta_ci(a, b, n_boot=n_boot)
+            out.append({"dataset": ds, "metric": m, "baseline": sum(a) / len(a), "run": sum(b) / len(b),
+                        "delta": delta, "ci_low": lo, "ci_high": hi, "n": len(pairs)})
+    return out
+
+
 def compare(run_dirs: list[str | Path], n_boot: int = 1000) -> str:
-    """Headline metrics of several evaluation folders side by side, with paired deltas against the first.
+    """Headline metrics of several evaluation folders side by side, with paired deltas against the first
+    (:func:`paired_deltas`)."""
 
-    Deltas are computed on the records both runs scored (matched by dataset and id), with a paired
-    percentile-bootstrap 95% interval, so two runs on the same items are compared item by item.
-    """
-
-    runs = []
-    for d in map(Path, run_dirs):
-        if not (d / "metrics.json").is_file() or not (d / PREDICTIONS).is_file():
-            raise EvalError(f"{d}: not an evaluation folder (no metrics.json / {PREDICTIONS}); run medgrpo eval first")
-        runs.append((d, {(r["dataset"], r["id"]): row_metrics(r) for r in read_predictions(d / PREDICTIONS)}))
-    base_dir, base = runs[0]
+    base_dir = Path(run_dirs[0])
+    _scored(base_dir)  # a wrong baseline folder fails first, even when it is the only one
     lines = [f"baseline: {base_dir}"]
-    for d, rows in runs[1:]:
+    for d in map(Path, run_dirs[1:]):
         lines += ["", f"{d} vs {base_dir} (delta = run - baseline, percentage points, paired 95% CI)",
                   f"{'dataset':<16} {'metric':<22} {'baseline':>9} {'run':>9} {'delta':>8}  95% CI          n"]
-        datasets = sorted({k[0] for k in rows} & {k[0] for k in base})
-        for ds in datasets:
-            keys = sorted(k for k in rows.keys() & base.keys() if k[0] == ds)
-            for m in HEADLINE:
-                pairs = [(base[k][m], rows[k][m]) for k in keys if base[k][m] is not None and rows[k][m] is not None]
-                if not pairs:
-                    continue
-                a, b = [p[0] for p in pairs], [p[1] for p in pairs]
-                delta, lo, hi = paired_delta_ci(a, b, n_boot=n_boot)
-                lines.append(f"{ds:<16} {_LABELS[m]:<22} {_pct(sum(a) / len(a)):>9} {_pct(sum(b) / len(b)):>9} "
-                             f"{100 * delta:>+8.1f}  [{100 * lo:+.1f}, {100 * hi:+.1f}]  {len(pairs)}")
-        if not datasets:
+        deltas = paired_deltas(base_dir, d, n_boot=n_boot)
+        for r in deltas:
+            lines.append(f"{r['dataset']:<16} {_LABELS[r['metric']]:<22} {_pct(r['baseline']):>9} "
+                         f"{_pct(r['run']):>9} {100 * r['delta']:>+8.1f}  "
+                         f"[{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]  {r['n']}")
+        if not deltas:
             lines.append("(no dataset in common)")
     return "\n".join(lines)
