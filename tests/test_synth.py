@@ -300,3 +300,13 @@ def test_canonical_option_order_lists_classes_in_order_and_keeps_everything_else
 def test_bad_option_order_is_one_line_error(tmp_path):
     with pytest.raises(SynthError, match="--option-order"):
         generate_synth(tmp_path / "x", n_train=2, n_test=1, option_order="sorted")
+
+
+def test_the_training_split_does_not_depend_on_the_test_size(tmp_path):
+    # A model trained on one folder can be scored on a larger held-out split drawn later (medgrpo demo --n-test).
+    small = generate_synth(tmp_path / "small", n_train=30, n_test=5, seed=3)
+    large = generate_synth(tmp_path / "large", n_train=30, n_test=60, seed=3)
+    assert (small / "train.jsonl").read_text() == (large / "train.jsonl").read_text()
+    first = load_records(small, split="train")[0].images[0]
+    assert (small / first).read_bytes() == (large / first).read_bytes()
+    assert len(load_records(large, split="test")) == 60
