@@ -43,7 +43,6 @@ from medgrpo.model_card import (
     root_base_model,
     scrub,
     stage_chain,
-    trained_system_prompt,
 )
 from medgrpo.models.loading import (
     ADAPTER_CONFIG,
@@ -53,6 +52,7 @@ from medgrpo.models.loading import (
     load_model,
     load_processor,
     resolve_name,
+    trained_system_prompt,
 )
 
 MANIFEST = "medgrpo_manifest.json"
@@ -456,7 +456,8 @@ def verify_export(
         raise ExportError(f"--dataset {dataset_dir}: no {split} records to verify on")
     root = dataset_dir if dataset_dir.is_dir() else dataset_dir.parent
     try:
-        system_prompt = trained_system_prompt(stage_chain(source_dir))
+        chain = stage_chain(source_dir)
+        system_prompt = trained_system_prompt(chain[-1] if chain else None)
     except CardError as e:
         raise ExportError(str(e)) from None
     from medgrpo.data.preprocess import ImageSettings

@@ -19,7 +19,7 @@ from huggingface_hub import EvalResult, ModelCardData
 from medgrpo.data.boxes import BOX_FORMATS
 from medgrpo.data.record import MedADRecord
 from medgrpo.eval.aggregate import HEADLINE, SCHEMA_VERSION
-from medgrpo.models.loading import RUN_INFO, ModelLoadError, is_local_path, locate
+from medgrpo.models.loading import RUN_INFO, ModelLoadError, is_local_path, locate, trained_system_prompt
 from medgrpo.models.loading import read_run_info as _read_run_json
 from medgrpo.prompts import SYSTEM_PROMPT, instruction
 
@@ -108,15 +108,6 @@ def stage_chain(run_dir: Path, max_depth: int = 8) -> list[dict[str, Any]]:
 def root_base_model(chain: list[dict[str, Any]], fallback: str | None) -> str | None:
     """The model the first stage started from (``fallback`` when no stage recorded one)."""
     return (chain[0].get("base_model") if chain else None) or fallback
-
-
-def trained_system_prompt(chain: list[dict[str, Any]]) -> str | None:
-    """The system turn the last stage trained with: its data ``system_prompt`` (None = medgrpo's default,
-    ``""`` = no system turn), else the default."""
-    prompt = (chain[-1].get("data") or {}).get("system_prompt") if chain else None
-    if prompt is None:
-        return SYSTEM_PROMPT
-    return prompt or None
 
 
 def read_metrics(path: Path) -> dict[str, Any]:
@@ -369,7 +360,7 @@ def build_model_card(
         eval_results=eval_results(metrics) if metrics else None,
     )
     name = card_data.model_name
-    system_prompt = trained_system_prompt(chain)
+    system_prompt = trained_system_prompt(chain[-1] if chain else None)
     base_text = f"`{scrub(base_model)}`" if base_model else "a Qwen-VL model"
     adapter_note, adapter_ref = "", None
     if adapter_of:

@@ -16,7 +16,7 @@ from medgrpo.eval.evaluate import EvalError, evaluate, read_predictions
 from medgrpo.eval.generate import Completion, ModelLoadError, TransformersGenerator
 from medgrpo.eval.report import compare
 from medgrpo.eval.suites import SuiteError, load_suite
-from medgrpo.prompts import build_target, instruction
+from medgrpo.prompts import SYSTEM_PROMPT, build_target, instruction
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -311,3 +311,36 @@ def test_conclusion_vs_letter_names_the_tasks_when_letters_task_is_unknown(synth
     monkeypatch.setattr("sys.argv", ["c.py", str(synth_dir), str(tmp_path / "eval"), "--letters", "modality"])
     runpy.run_path(str(REPO / "eval" / "conclusion_vs_letter.py"), run_name="__main__")
     assert f"no predictions for task 'modality' (tasks: {record.task})" in capsys.readouterr().out
+
+
+class _Recording(_Scripted):
+    """:class:`_Scripted` that also keeps the system turn of every prompt it was given."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.systems = []
+
+    def generate(self, batch, **kwargs):
+        self.systems += [p.messages[0]["content"] if p.messages[0]["role"] == "system" else None for p in batch]
+        return super().generate(batch, **kwargs)
+
+
+@pytest.mark.parametrize("trained, expected", [(None, SYSTEM_PROMPT), ("", None), ("Be brief.", "Be brief.")])
+def test_default_system_prompt_is_the_one_the_model_trained_with(synth_dir, tmp_path, trained, expected):
+    # A model trained without the system turn (or with its own) must not be scored on a prompt it never saw.
+    records = load_records(synth_dir, split="test")[:4]
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "medgrpo_run.json").write_text(json.dumps({"stage": "sft", "data": {"system_prompt": trained}}))
+    gen = _Recording(records, synth_dir, lambda r, frame, i: build_target(r, frame))
+    metrics = evaluate(model_dir, _suite(tmp_path, synth_dir, 4), tmp_path / "eval", generator=gen, n_boot=10,
+                       progress=False)
+    assert gen.systems == [expected] * 4
+    assert metrics["datasets"]["synth"]["system_prompt"] == expected
+    # A suite that names its own system turn keeps it.
+    suite = tmp_path / "own.yaml"
+    suite.write_text(f"name: t\ndatasets:\n  - name: synth\n    path: {synth_dir}\n    limit: 4\n"
+                     "    system_prompt: Answer.\n", encoding="utf-8")
+    gen.systems.clear()
+    evaluate(model_dir, suite, tmp_path / "eval-own", generator=gen, n_boot=10, progress=False)
+    assert gen.systems == ["Answer."] * 4

@@ -10,6 +10,7 @@ Schema (``schema_version`` 1)::
       "datasets": {
         "<dataset name>": {
           "path": "...", "split": "test", "skipped_records": int,
+          "system_prompt": "<the system turn the prompts carried>" | null,
           "overall": GROUP,
           "by_task": {"<task family>": GROUP}, "by_modality": {"<modality>": GROUP},
           "by_source": {"<source>": GROUP},

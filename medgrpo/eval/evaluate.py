@@ -22,7 +22,8 @@ from medgrpo.eval.aggregate import build_metrics
 from medgrpo.eval.generate import Generator, Prompt, make_generator, prefix_for_letters
 from medgrpo.eval.predictions import PREDICTIONS, EvalError, read_predictions, write_atomic
 from medgrpo.eval.report import write_report
-from medgrpo.eval.suites import DatasetSpec, Suite, SuiteError, load_suite, suite_for_path
+from medgrpo.eval.suites import AS_TRAINED, DatasetSpec, Suite, SuiteError, load_suite, suite_for_path
+from medgrpo.models.loading import read_run_info, trained_system_prompt
 from medgrpo.prompts import build_prompt
 from medgrpo.rewards.settings import RewardSettings
 
@@ -172,6 +173,9 @@ def evaluate(
     if batch_size < 1 or num_samples < 1 or (limit is not None and limit < 1):
         raise EvalError("batch_size, num_samples and limit must be positive")
     loaded = {spec.name: (spec, *_load_dataset(spec, limit)) for spec in suite.datasets}  # fail before the model
+    trained = trained_system_prompt(read_run_info(Path(model_path)))  # the model's own, for "default"
+    loaded = {name: (replace(spec, system_prompt=trained) if spec.system_prompt == AS_TRAINED else spec, *rest)
+              for name, (spec, *rest) in loaded.items()}
     # reports promise IoU and Acc@0.5: the GIoU training variant is a reward shaping, not a metric
     reward_settings = replace(reward_settings or RewardSettings(), grounding_metric="iou")
     cfg = GenerationConfig(model=str(Path(model_path).resolve()), backend=backend,
@@ -204,7 +208,8 @@ def evaluate(
     datasets = {}
     for name, (spec, records, report) in loaded.items():
         rows = [by_id[(name, r.id)] for r in records if (name, r.id) in by_id]
-        info = {"path": spec.path, "split": spec.split, "skipped_records": len(report.skipped)}
+        info = {"path": spec.path, "split": spec.split, "skipped_records": len(report.skipped),
+                "system_prompt": spec.system_prompt}
         datasets[name] = (info, rows, _majority_fit(spec))
     header = {"model": cfg.model, "suite": suite.name, "created": datetime.now(UTC).isoformat(timespec="seconds"),
               "generation": {k: v for k, v in asdict(cfg).items() if k != "model"}}

@@ -10,7 +10,7 @@ A suite file looks like::
         split: test              # which <split>.jsonl of the folder to score
         limit: null              # score only the first N records (null = all)
         make: medgrpo synth --out data/medad-synth   # how to create `path` when it is missing
-        system_prompt: default   # "default" (medgrpo.prompts.SYSTEM_PROMPT), null (none) or a string
+        system_prompt: default   # "default" (the one the model trained with), null (none) or a string
         image: {}                # medgrpo.data.preprocess.ImageSettings fields (DICOM window, frames, ...)
         on_bad_record: error     # or skip: drop invalid rows and count them
 
@@ -25,7 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from medgrpo.data.yaml_config import read_yaml_mapping
-from medgrpo.prompts import SYSTEM_PROMPT
+
+AS_TRAINED = "default"
+"""``system_prompt: default``: the system turn the evaluated model trained with (its ``medgrpo_run.json`` records
+it; medgrpo's :data:`~medgrpo.prompts.SYSTEM_PROMPT` for a model without one), so a model trained without the
+system turn, or with its own, is not scored on a prompt it never saw."""
 
 
 class SuiteError(ValueError):
@@ -41,7 +45,7 @@ class DatasetSpec:
     split: str | None = "test"
     limit: int | None = None
     make: str = ""
-    system_prompt: str | None = SYSTEM_PROMPT
+    system_prompt: str | None = AS_TRAINED
     image: dict[str, Any] = field(default_factory=dict)
     on_bad_record: str = "error"
 
@@ -82,10 +86,8 @@ def _dataset(raw: Any, where: str) -> DatasetSpec:
     split = raw.get("split", "test")
     if split is not None and not isinstance(split, str):
         raise SuiteError(f"{where}: field 'split' must be a string or null")
-    system_prompt = raw.get("system_prompt", "default")
-    if system_prompt == "default":
-        system_prompt = SYSTEM_PROMPT
-    elif system_prompt is not None and not isinstance(system_prompt, str):
+    system_prompt = raw.get("system_prompt", AS_TRAINED)
+    if system_prompt is not None and not isinstance(system_prompt, str):
         raise SuiteError(f"{where}: field 'system_prompt' must be 'default', null or a string")
     image = raw.get("image") or {}
     if not isinstance(image, dict):

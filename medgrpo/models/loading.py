@@ -70,6 +70,18 @@ def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     return info
 
 
+def trained_system_prompt(info: dict[str, Any] | None) -> str | None:
+    """The system turn a stage trained with, from its run info (:func:`read_run_info`): its data
+    ``system_prompt`` (None = medgrpo's default, ``""`` = no system turn); the default without run info."""
+    from medgrpo.prompts import SYSTEM_PROMPT
+
+    data = (info or {}).get("data")
+    prompt = data.get("system_prompt") if isinstance(data, dict) else None
+    if prompt is None:
+        return SYSTEM_PROMPT
+    return prompt if isinstance(prompt, str) and prompt else None
+
+
 def adapter_base(run_dir: Path) -> str | None:
     """The model a PEFT adapter folder was trained on top of, or None when ``run_dir`` is not an adapter."""
     path = run_dir / ADAPTER_CONFIG
