@@ -8,11 +8,15 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install test demo lint bench clean
 
+# pip byte-compiles one file at a time, half of the install (measured: 156 s, against 89 s for --no-compile and
+# compileall on every core). A file written for a newer Python (torch ships one) cannot compile here and is never
+# imported, so a compile failure is not an install error: Python reads any file without bytecode from source.
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,nifti]'
+	$(BIN)/python -m pip install -q --no-compile -c constraints.txt torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install -q --no-compile -c constraints.txt -e '.[dev,nifti]'
+	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $@
 
 install: $(BIN)/.installed
