@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from medgrpo.prompts import SYSTEM_PROMPT
+
 ADAPTER_CONFIG = "adapter_config.json"
 RUN_INFO = "medgrpo_run.json"
 """Provenance every medgrpo training stage writes next to its weights (stage, base model, data, recipe)."""
@@ -73,8 +75,6 @@ def read_run_info(run_dir: Path) -> dict[str, Any] | None:
 def trained_system_prompt(info: dict[str, Any] | None) -> str | None:
     """The system turn a stage trained with, from its run info (:func:`read_run_info`): its data
     ``system_prompt`` (None = medgrpo's default, ``""`` = no system turn); the default without run info."""
-    from medgrpo.prompts import SYSTEM_PROMPT
-
     data = (info or {}).get("data")
     prompt = data.get("system_prompt") if isinstance(data, dict) else None
     if prompt is None:
