@@ -1,7 +1,8 @@
 """Does the reasoning name the right option while the answer letter is wrong? Per task family, from an evaluation's
-predictions: the accuracy of the answer letter, and the share of completions whose reasoning commits by content
-(the option's words or concepts, read by the consistency verifier) to the gold option and to no other. The gap
-between the two is what reasoning-answer consistency training can recover without seeing the images any better.
+predictions: the accuracy of the answer letter, and the verifiers' ``reasoning_accuracy`` (the reasoning points to
+the gold option alone by content: the option's words, concepts or polarity; by letter only when it names no
+option's content). The gap between the two is what reasoning-answer consistency training can recover without
+seeing the images any better; the evaluation reports both, this script adds the per-option letter tally.
 
     HF_HUB_OFFLINE=1 .venv/bin/python eval/conclusion_vs_letter.py DATASET EVAL_DIR [EVAL_DIR ...] [--letters TASK]
 
@@ -19,18 +20,7 @@ from pathlib import Path
 
 from medgrpo.data import load_records
 from medgrpo.eval.predictions import PREDICTIONS, read_predictions
-from medgrpo.rewards.claims import reading_of
-from medgrpo.rewards.consistency import commitments
-from medgrpo.rewards.facts import facts_of
-from medgrpo.rewards.parsing import parse_text
-
-
-def content_right(completion: str, facts) -> bool:
-    """The reasoning commits by content to the gold option alone (anywhere in the think block)."""
-    think = parse_text(completion).think
-    if think is None:
-        return False
-    return commitments(reading_of(think), facts).content == {facts.answer}
+from medgrpo.rewards import verify
 
 
 def main() -> None:
@@ -44,20 +34,20 @@ def main() -> None:
         if (args.dataset / f"{split}.jsonl").is_file():
             records.update({r.id: r for r in load_records(args.dataset, split=split, check_images=False)})
     for eval_dir in args.eval_dirs:
-        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        counts: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0])
         letters: dict[str, Counter] = defaultdict(Counter)
         for row in read_predictions(eval_dir / PREDICTIONS):
             record = records.get(row["id"])
             if record is None or not record.options:
                 continue
-            facts = facts_of(record)
             if row["task"] == args.letters:
                 letters[record.options[record.letters.index(record.answer)]][row["pred"]] += 1
+            reasoning = verify(row["completion"], record)["reasoning_accuracy"] or 0.0
             for key in (row["task"], "overall"):
                 c = counts[key]
                 c[0] += 1
                 c[1] += row["pred"] == record.answer
-                c[2] += content_right(row["completion"], facts)
+                c[2] += reasoning
         print(f"{eval_dir}")
         print(f"  {'task':<28} {'n':>4} {'letter right':>13} {'reasoning right':>16}")
         for task in sorted(counts, key=lambda t: (t == "overall", t)):

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 REPO_RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
-METRICS = ("accuracy", "format_rate", "consistency", "evidence", "grounding_iou", "grounding_acc50")
-METRICS_CHANGED = ("accuracy", "consistency", "evidence", "grounding_iou")
+METRICS = ("accuracy", "format_rate", "consistency", "reasoning_accuracy", "evidence", "grounding_iou",
+           "grounding_acc50")
+METRICS_CHANGED = ("accuracy", "consistency", "reasoning_accuracy", "evidence", "grounding_iou")
 """The overall changes the report gives with a paired 95% interval."""
-TITLES = {"accuracy": "accuracy", "format_rate": "format", "consistency": "consistency", "evidence": "evidence",
-          "grounding_iou": "IoU", "grounding_acc50": "Acc@0.5"}
+TITLES = {"accuracy": "accuracy", "format_rate": "format", "consistency": "consistency",
+          "reasoning_accuracy": "reasoning acc.", "evidence": "evidence", "grounding_iou": "IoU",
+          "grounding_acc50": "Acc@0.5"}
 
 
 def _step(title: str) -> float:

@@ -156,6 +156,7 @@ def test_honest_completion_scores_full_marks(name):
         assert s[key] == 1.0, key
     assert s["evidence/visual_grounding"] == 1.0
     assert s["grounding"] == (None if record.bbox is None else 1.0)
+    assert s["reasoning_accuracy"] == 1.0
 
 
 # ---- format ------------------------------------------------------------------------------------------------
@@ -311,6 +312,43 @@ def test_consistency_without_a_valid_answer_is_zero():
 )
 def test_consistency_open_ended(think, expected):
     assert verify(done(think, "left upper lobe"), OPEN)["consistency"] == expected
+
+
+@pytest.mark.parametrize(
+    "record, think, answer, expected",
+    [
+        # the reasoning points to the gold option: right whatever the answer block says
+        (MODALITY, "This is an MRI scan. Therefore the answer is B.", "B", 1.0),
+        (MODALITY, "This is an MRI scan. Therefore the answer is B.", "A", 1.0),
+        # the right option's words with a wrong letter: the reasoning is right, the letter is not
+        (MODALITY, "The modality is therefore MRI, so the answer is C (MRI).", "C", 1.0),
+        # consistent with a wrong answer is still a wrong reasoning, whatever letter it writes
+        (MODALITY, "This is a CT scan. Therefore the answer is A.", "A", 0.0),
+        (MODALITY, "The modality is therefore CT, so the answer is B (CT).", "B", 0.0),
+        # by letter alone, when it names no option's content
+        (MODALITY, "The image is grey. Therefore the answer is B.", "B", 1.0),
+        (MODALITY, "It could be CT or MRI, so the answer is A or B.", "B", 0.0),  # not the gold alone
+        (MODALITY, "It is not CT. The modality is MRI.", "B", 1.0),  # a denied option is not pointed to
+        (MODALITY, "The image is grey.", "B", 0.0),
+        (MODALITY, "", "B", 0.0),
+        (ANOMALY_NORMAL, "No focal lesion is seen; the chest looks normal.", "B", 1.0),
+        (ANOMALY_NORMAL, f"{FINDING} The abnormality is therefore on the left side only.", "A", 0.0),
+        (LOCATION, "The lesion lies in the upper left quadrant.", "C", 1.0),
+        (OPEN, "The lesion is in the left upper lobe.", "right lower lobe", 1.0),
+        (OPEN, "The lesion is not in the left upper lobe.", "left upper lobe", 0.0),
+    ],
+)
+def test_reasoning_accuracy_asks_whether_the_reasoning_points_to_the_gold_answer(record, think, answer, expected):
+    s = verify(done(think, answer), record)
+    assert s["reasoning_accuracy"] == pytest.approx(expected)
+    gated = verify(done(think, answer), record, settings=RewardSettings(gate_on_correct=True))
+    assert gated["reasoning_accuracy"] == s["reasoning_accuracy"]  # a metric: never shaped
+
+
+@pytest.mark.parametrize("answer", ["Q", "", "AB"])
+def test_reasoning_accuracy_is_none_when_the_records_answer_is_not_an_option(answer):
+    bad = rec("modality_classification", ["CT", "MRI"], answer)
+    assert verify(done("Therefore the answer is B.", "B"), bad)["reasoning_accuracy"] is None
 
 
 # ---- evidence criteria -------------------------------------------------------------------------------------
@@ -513,7 +551,7 @@ def test_reward_functions_match_verify_and_log_the_five_criteria():
     for name, values in out.items():
         assert values == [e[name] for e in expected], name
     assert out["grounding"][-1] is None
-    for key in [k for k in expected[0] if k.startswith("evidence/")]:
+    for key in [k for k in expected[0] if k.startswith("evidence/")] + ["reasoning_accuracy"]:
         assert logged[key] == pytest.approx(sum(e[key] for e in expected) / len(expected))
 
 

@@ -65,6 +65,7 @@ def test_sft_then_con_grpo_each_architecture(tiny_model_dirs, synth_dir, tmp_pat
     for criterion in ("visual_grounding", "question_relevance", "answer_support", "no_hallucination",
                       "no_contradiction"):
         assert f"evidence/{criterion}" in keys
+    assert "reasoning_accuracy" in keys  # logged beside accuracy: does the reasoning point to the gold answer?
     assert "frac_reward_zero_std" in keys
     assert any(k.startswith("tasks/") and k.endswith("/accuracy") for k in keys)
     model = AutoModelForImageTextToText.from_pretrained(grpo_out)

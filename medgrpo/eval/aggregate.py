@@ -25,7 +25,8 @@ Schema (``schema_version`` 1)::
     }
     GROUP = {"n": int, "<metric>": STAT, ...,
              "chance": {"random_option": float | null, "majority_answer": float | null}}  # not in the pooled one
-        with metrics accuracy, format_failure_rate, consistency, evidence, evidence/<criterion> (five),
+        with metrics accuracy, format_failure_rate, consistency, reasoning_accuracy, evidence,
+        evidence/<criterion> (five),
         grounding_iou, grounding_acc50, completion_tokens
     STAT  = {"value": float | null, "ci_low": float | null, "ci_high": float | null, "n": int}
         (mean over the rows where the metric applies, percentile-bootstrap 95% interval; value null = none apply)
@@ -47,7 +48,8 @@ SCHEMA_VERSION = 1
 
 EVIDENCE_CRITERIA = ("visual_grounding", "question_relevance", "answer_support", "no_hallucination",
                      "no_contradiction")
-HEADLINE = ("accuracy", "format_failure_rate", "consistency", "evidence", "grounding_iou", "grounding_acc50")
+HEADLINE = ("accuracy", "format_failure_rate", "consistency", "reasoning_accuracy", "evidence", "grounding_iou",
+            "grounding_acc50")
 """The metrics shown first in reports and compared by ``--compare``."""
 
 
@@ -60,6 +62,7 @@ def row_metrics(row: dict[str, Any]) -> dict[str, float | None]:
         "accuracy": float(scores.get("accuracy") or 0.0),
         "format_failure_rate": 1.0 - float(scores.get("format") or 0.0),
         "consistency": scores.get("consistency"),
+        "reasoning_accuracy": scores.get("reasoning_accuracy"),
         "evidence": scores.get("evidence"),
     }
     for name in EVIDENCE_CRITERIA:

@@ -18,11 +18,12 @@ from medgrpo.eval.predictions import PREDICTIONS, EvalError, read_predictions, w
 
 _LABELS = {
     "accuracy": "accuracy", "format_failure_rate": "format failures", "consistency": "consistency",
+    "reasoning_accuracy": "reasoning accuracy",
     "evidence": "evidence", "grounding_iou": "grounding IoU", "grounding_acc50": "grounding Acc@0.5",
     "completion_tokens": "completion tokens",
 }
-_TABLE_COLS = ("accuracy", "format_failure_rate", "consistency", "evidence", "grounding_iou", "grounding_acc50",
-               "completion_tokens")
+_TABLE_COLS = ("accuracy", "format_failure_rate", "consistency", "reasoning_accuracy", "evidence", "grounding_iou",
+               "grounding_acc50", "completion_tokens")
 
 
 def _pct(v: float | None) -> str:

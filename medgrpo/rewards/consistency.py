@@ -17,6 +17,9 @@ not to the answer, or by letter to one option and by text to another: 0.0 (contr
 states both polarities, or only the polarity opposite to the answer's: 0.0; no conclusion at all:
 :data:`NO_CONCLUSION`; no reasoning, or no valid answer: 0.0. Open-ended records: the free-text answer (or its
 lexicon concepts, or its yes/no polarity) must be asserted by the reasoning; denied: 0.0.
+
+:func:`reasoning_accuracy` asks instead whether the reasoning points to the gold answer. Consistency can rise
+by bending the reasoning to a wrong answer as well as by fixing the answer; the two side by side tell which.
 """
 
 from __future__ import annotations
@@ -250,3 +253,22 @@ def consistency_verdict(
     if len(hits) == 1:
         return _AGREE
     return Verdict(1.0 / len(hits), "hedge")
+
+
+def reasoning_accuracy(reading: Reading | None, facts: RecordFacts, argument: Commitments) -> float | None:
+    """Whether the reasoning itself points to the gold answer, read apart from the ``<answer>`` block (1.0 or
+    0.0; None when the record's own answer is not one of its options).
+
+    Multiple choice: the options it commits to by content anywhere (an option's words, concepts or polarity;
+    denied mentions aside) are the gold one alone; when it commits to none by content, its conclusion's letters
+    are. Open-ended: it asserts the gold answer (:func:`consistency_verdict` against the gold answer agrees).
+    So a right rationale with a wrong letter scores 1, and a rationale bent to agree with a wrong answer 0:
+    beside consistency, it tells which way consistency was reached. An evaluation metric, never shaped.
+    """
+    if not facts.is_mcq:
+        return float(consistency_verdict(reading, facts, facts.open_answer, None, argument).kind == "agree")
+    if len(facts.answer) != 1 or facts.answer not in facts.letters:
+        return None
+    if reading is None:
+        return 0.0
+    return float((argument.content or argument.hits) == {facts.answer})

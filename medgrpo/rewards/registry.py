@@ -54,6 +54,10 @@ class RewardFunction:
             self._warned = True
         out = _values(results, name)
         log_metric = columns.get("log_metric")
+        if name == "accuracy" and callable(log_metric):  # beside accuracy: is the reasoning's conclusion right?
+            values = [r["reasoning_accuracy"] for r in results if r is not None and r["reasoning_accuracy"] is not None]
+            if values:
+                log_metric("reasoning_accuracy", sum(values) / len(values))
         if name == "evidence" and callable(log_metric):
             for key in CRITERION_KEYS:
                 values = [r[key] for r in results if r is not None and r[key] is not None]

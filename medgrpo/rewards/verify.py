@@ -14,7 +14,7 @@ from medgrpo.data.boxes import BoxFrame
 from medgrpo.data.record import MedADRecord
 from medgrpo.rewards.accuracy import accuracy_score
 from medgrpo.rewards.claims import read, reading_of
-from medgrpo.rewards.consistency import commitments, consistency_verdict
+from medgrpo.rewards.consistency import commitments, consistency_verdict, reasoning_accuracy
 from medgrpo.rewards.evidence import combine, evidence_criteria
 from medgrpo.rewards.facts import RecordFacts, facts_of
 from medgrpo.rewards.format import format_score
@@ -23,14 +23,17 @@ from medgrpo.rewards.parsing import choice_of, completion_text, parse_text
 from medgrpo.rewards.settings import CRITERIA, RewardSettings
 
 CRITERION_KEYS: tuple[str, ...] = tuple(f"evidence/{c}" for c in CRITERIA)
-KEYS: tuple[str, ...] = ("format", "accuracy", "consistency", "evidence", *CRITERION_KEYS, "grounding")
+KEYS: tuple[str, ...] = (
+    "format", "accuracy", "consistency", "evidence", *CRITERION_KEYS, "grounding", "reasoning_accuracy",
+)
 """The keys of :func:`verify`'s result, in order."""
 
 DEFAULT_SETTINGS = RewardSettings()
 
 
 def raw_scores(text: str, facts: RecordFacts, frame: BoxFrame | None, metric: str = "iou") -> tuple:
-    """(format, accuracy, consistency, grounding, rule criteria) of one completion, unshaped."""
+    """(format, accuracy, consistency, grounding, rule criteria, reasoning accuracy) of one completion,
+    unshaped."""
     parsed = parse_text(text)
     reading = reading_of(parsed.think) if parsed.think is not None else None
     claims = reading or read("")  # without a think block, the evidence criteria see an empty reasoning
@@ -45,6 +48,7 @@ def raw_scores(text: str, facts: RecordFacts, frame: BoxFrame | None, metric: st
         verdict.score,
         grounding,
         evidence_criteria(parsed, claims, facts, boxes, grounding, choice, verdict, argument),
+        reasoning_accuracy(reading, facts, argument),
     )
 
 
@@ -56,7 +60,7 @@ def assemble(
     judged: dict[str, float | None] | None = None,
 ) -> dict[str, float | None]:
     """The result dict of :func:`verify`; ``judged`` replaces the rule criteria (judge backend)."""
-    fmt, acc, cons, ground, criteria = raw_scores(text, facts, frame, settings.grounding_metric)
+    fmt, acc, cons, ground, criteria, reasoned = raw_scores(text, facts, frame, settings.grounding_metric)
     if judged is not None:
         criteria = tuple(map(judged.get, CRITERIA))
     evidence = combine(criteria, settings.evidence_weights)
@@ -70,6 +74,7 @@ def assemble(
     out: dict[str, float | None] = {"format": fmt, "accuracy": acc, "consistency": cons, "evidence": evidence}
     out.update(zip(CRITERION_KEYS, criteria, strict=True))
     out["grounding"] = ground
+    out["reasoning_accuracy"] = reasoned
     return out
 
 
@@ -91,7 +96,9 @@ def verify(
     Returns:
         ``format``, ``accuracy``, ``consistency``, ``evidence`` (the weighted criteria, shaped like the
         reward), ``evidence/<criterion>`` for MedAD-R1's five criteria (raw, never gated), ``grounding`` (None
-        when the record has no box). Every value is finite and in [0, 1], or None where not applicable.
+        when the record has no box), ``reasoning_accuracy`` (the reasoning's own conclusion is the gold answer:
+        an evaluation metric beside consistency, raw, never shaped). Every value is finite and in [0, 1], or
+        None where not applicable.
     """
     settings = settings or DEFAULT_SETTINGS
     text = completion_text(completion)
