@@ -54,15 +54,11 @@ class RewardFunction:
             self._warned = True
         out = _values(results, name)
         log_metric = columns.get("log_metric")
-        if name == "accuracy" and callable(log_metric):  # beside accuracy: is the reasoning's conclusion right?
-            values = [r["reasoning_accuracy"] for r in results if r is not None and r["reasoning_accuracy"] is not None]
-            if values:
-                log_metric("reasoning_accuracy", sum(values) / len(values))
+        if name == "accuracy" and callable(log_metric):  # beside accuracy: does the reasoning point to the gold?
+            _log_mean(log_metric, results, "reasoning_accuracy")
         if name == "evidence" and callable(log_metric):
             for key in CRITERION_KEYS:
-                values = [r[key] for r in results if r is not None and r[key] is not None]
-                if values:
-                    log_metric(key, sum(values) / len(values))
+                _log_mean(log_metric, results, key)
             if settings.evidence_backend == "judge" and results:
                 unscored = sum(r is None or r[key] is None for r in results for key in CRITERION_KEYS)
                 log_metric("evidence/judge_unscored", unscored / (len(results) * len(CRITERION_KEYS)))
@@ -70,6 +66,13 @@ class RewardFunction:
 
 
 Results = list[dict[str, float | None] | None]
+
+
+def _log_mean(log_metric: Any, results: Results, key: str) -> None:
+    """Log the batch mean of ``key`` over the results where it applies (nothing when it applies nowhere)."""
+    values = [r[key] for r in results if r is not None and r[key] is not None]
+    if values:
+        log_metric(key, sum(values) / len(values))
 
 
 def _assemble_all(

@@ -96,8 +96,8 @@ def verify(
     Returns:
         ``format``, ``accuracy``, ``consistency``, ``evidence`` (the weighted criteria, shaped like the
         reward), ``evidence/<criterion>`` for MedAD-R1's five criteria (raw, never gated), ``grounding`` (None
-        when the record has no box), ``reasoning_accuracy`` (the reasoning's own conclusion is the gold answer:
-        an evaluation metric beside consistency, raw, never shaped). Every value is finite and in [0, 1], or
+        when the record has no box), ``reasoning_accuracy`` (the reasoning points to the gold answer, whatever
+        the answer block says: an evaluation metric beside consistency, raw, never shaped). Every value is finite and in [0, 1], or
         None where not applicable.
     """
     settings = settings or DEFAULT_SETTINGS
