@@ -149,7 +149,7 @@ def _fmt(value: float) -> str:
 
 def eval_results(metrics: dict[str, Any]) -> list[EvalResult]:
     """Hub ``model-index`` entries: the headline metrics of ``medgrpo eval`` (accuracy, format failures,
-    consistency, evidence, grounding) of every dataset; the card's table has the rest."""
+    consistency, reasoning accuracy, evidence, grounding) of every dataset; the card's table has the rest."""
     results = []
     for name, block in metrics["datasets"].items():
         for metric, value, _, _ in _metrics_of(block["overall"]):
@@ -416,7 +416,8 @@ short-answer question.
 - {measured}; performance on other modalities, scanners,
   populations and question styles is unknown and may be much lower.
 - A consistent reasoning trace is not a correct one: the rewards check agreement between reasoning, evidence
-  and answer, not clinical truth. Cited boxes can be misplaced.
+  and answer, not clinical truth (reasoning accuracy, where reported, is how often the reasoning itself pointed
+  to the benchmark's answer). Cited boxes can be misplaced.
 - Images must be preprocessed as in training (RGB, resized within the processor's pixel limits); volumes
   and multi-frame studies are seen as individual 2D images only.
 """
