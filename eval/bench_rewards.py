@@ -9,11 +9,12 @@ Completions are MedAD-Synth gold targets padded with extra reasoning sentences t
 between completions as in a GRPO group (the claim reader caches sentences), and every sentence new (the worst
 case). The five reward functions are called the way TRL calls them, one after the other on the same batch, so
 the figures include the sharing that lets four of them reuse the first one's results. Every cache (sentences,
-records, results) starts empty for each figure, and a garbage collection before it leaves no set-up garbage to
+records, results) starts empty for each run, and a garbage collection before it leaves no set-up garbage to
 collect inside the timing (the collections the rewards' own objects cause are timed: a full one takes tens of
-ms, so a figure moves by tens of percent with whether one falls inside it; take the median of a few runs).
-Times are CPU time of this process, so other load on the machine does not count (it still slows the process
-down: compare figures measured side by side).
+ms, so a run moves by tens of percent with whether one falls inside it). Each figure is the median of
+``--repeats`` cold runs, the two cases interleaved, with the best run beside it. Times are CPU time of this
+process, so other load on the machine does not count (it still slows the process down: compare figures
+measured side by side).
 """
 
 from __future__ import annotations
@@ -94,16 +95,16 @@ def clear_caches() -> None:
         fn.cache_clear()
 
 
-def bench_rule_stack(records, frames, n: int, batch: int, novel: bool) -> float:
-    """CPU seconds per completion of the five rewards called TRL-style on batches of ``batch``."""
+def rule_stack_seconds(records, frames, texts, rows, batch: int) -> tuple[float, float]:
+    """CPU seconds of the five rewards called TRL-style on batches of ``batch``, from empty caches: (the first
+    reward of each batch, the four others)."""
     from medgrpo.rewards import REWARDS
 
-    texts, rows = completions_for(records, frames, n, novel=novel)
     clear_caches()
     gc.collect()  # no garbage from the set-up: the collections timed are the ones the rewards cause
     funcs = list(REWARDS.values())
     first = rest = 0.0  # CPU seconds of this process: the figure for one core, whatever else the machine runs
-    for i in range(0, n, batch):
+    for i in range(0, len(texts), batch):
         chunk = texts[i : i + batch]
         cols = columns_for(records, frames, rows[i : i + batch])
         start = time.process_time()
@@ -113,14 +114,29 @@ def bench_rule_stack(records, frames, n: int, batch: int, novel: bool) -> float:
             f(prompts=None, completions=chunk, **cols, log_metric=lambda k, v: None)
         rest += time.process_time() - mid
         first += mid - start
-    total = first + rest
-    label = "every sentence new" if novel else "sentences shared as in a GRPO group"
-    print(
-        f"{'full rule stack, ' + label:<52} {n / total:>9,.0f} completions/s {total / n * 1e6:>6.0f} us each"
-    )
-    print(f"{'  first reward of a batch (parse + all verifiers)':<52} {first / n * 1e6:>32.0f} us each")
-    print(f"{'  the four other rewards (cache hits)':<52} {rest / n * 1e6:>32.0f} us each")
-    return total / n
+    return first, rest
+
+
+def bench_rule_stack(records, frames, n: int, batch: int, repeats: int) -> float:
+    """Completions/s of the rule stack, sentences shared and every sentence new, ``repeats`` cold runs of each
+    interleaved; prints the median and the best run. Returns the median CPU seconds per completion (shared)."""
+    cases = {novel: completions_for(records, frames, n, novel=novel) for novel in (False, True)}
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for _ in range(repeats):
+        for novel, (texts, rows) in cases.items():
+            runs[novel].append(rule_stack_seconds(records, frames, texts, rows, batch))
+    for novel, times in runs.items():
+        totals = sorted(first + rest for first, rest in times)
+        median = totals[len(totals) // 2]
+        label = "every sentence new" if novel else "sentences shared as in a GRPO group"
+        print(
+            f"{'full rule stack, ' + label:<52} {n / median:>9,.0f} completions/s {median / n * 1e6:>6.0f} us each"
+            f"   (best of {repeats}: {n / totals[0]:,.0f}/s)"
+        )
+        middle = sorted(times, key=sum)[len(times) // 2]
+        print(f"{'  first reward of a batch (parse + all verifiers)':<52} {middle[0] / n * 1e6:>32.0f} us each")
+        print(f"{'  the four other rewards (cache hits)':<52} {middle[1] / n * 1e6:>32.0f} us each")
+    return sorted(first + rest for first, rest in runs[False])[repeats // 2] / n
 
 
 def describe(records, frames, n: int) -> None:
@@ -240,6 +256,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4000, help="completions for the rule-stack figure")
     parser.add_argument("--batch", type=int, default=64, help="completions per TRL-style call")
+    parser.add_argument("--repeats", type=int, default=5, help="cold runs of each rule-stack figure (median, best)")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps to time (the first is warm-up)")
     parser.add_argument("--judge-n", type=int, default=32, help="completions for the judge figure")
     parser.add_argument("--skip-step", action="store_true", help="skip the GRPO step measurement")
@@ -254,8 +271,7 @@ def main() -> None:
     records = load_records(synth, split="train")
     grid = ImageGrid("abs", 28, 56 * 56, 112 * 112)
     frames = [grid.frame(128, 128) for _ in records]
-    per_completion = bench_rule_stack(records, frames, args.n, args.batch, novel=False)
-    bench_rule_stack(records, frames, args.n, args.batch, novel=True)
+    per_completion = bench_rule_stack(records, frames, args.n, args.batch, args.repeats)
     describe(records, frames, args.n)  # after the timing: tokenizer threads would count in this process's CPU
     if not args.skip_step:
         bench_grpo_step(synth, records, per_completion, args.steps)

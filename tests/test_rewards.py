@@ -677,6 +677,17 @@ def test_claim_words_start_and_end_at_word_boundaries_in_any_script():
     assert read("<box>[1, 2, 3, 4]</box>, no mass").sentences[0].boxes == 1
 
 
+def test_equal_claim_sets_of_cached_sentences_are_one_object():
+    """The sentence cache keeps one object per distinct claim set, so that a full cache holds few GC-tracked
+    objects (most sentences repeat the same few sets)."""
+    from medgrpo.rewards.claims import read_sentence
+
+    a, b = read_sentence("A CT of the chest, left side."), read_sentence("The chest CT shows the left lung.")
+    assert a.asserted == b.asserted == {"ct", "chest", "left"} and a.asserted is b.asserted
+    assert read_sentence("No mass.").denied is read_sentence("There is no mass here.").denied
+    assert read_sentence("Nothing to see.").asserted == frozenset()
+
+
 def test_strict_format_tells_a_less_than_sign_from_a_tag():
     assert parse_completion(done("Density a < b at the rim.", "B")).strict
     assert not parse_completion(done("Density a <Think> b.", "B")).strict

@@ -178,6 +178,27 @@ _IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
 _VISUAL = frozenset(c for c in CATEGORY if CATEGORY[c] in VISUAL_CATEGORIES)
 
 
+# Equal claim sets are one object: the sentence cache holds up to 65,536 sentences, and most of their sets
+# repeat ({"ct"}, {"abnormal"}). Sharing them halves the GC-tracked objects the cache keeps alive, which is what
+# makes the collector's full passes over a long-running process more frequent and longer.
+_SETS: dict[frozenset[str], frozenset[str]] = {}
+_SETS_MAX = 1 << 16
+"""Distinct sets held; past that the table starts over (sets already shared stay valid)."""
+
+
+def _shared(items: set[str]) -> frozenset[str]:
+    """``items`` as the one shared frozenset equal to it (the empty set as ``_NO_SET``)."""
+    if not items:
+        return _NO_SET
+    new = frozenset(items)
+    known = _SETS.get(new)
+    if known is None:
+        if len(_SETS) >= _SETS_MAX:
+            _SETS.clear()
+        known = _SETS[new] = new
+    return known
+
+
 def _flush(
     clause: list[list],
     neut: bool,
@@ -273,17 +294,16 @@ def read_sentence(text: str) -> Sentence | None:
         if parts <= asserted:
             asserted.add(whole)
     is_finding = boxes > 0 or any(_IS_FINDING[c] for c in asserted)
-    descriptors = frozenset(c for c in asserted if _IS_DESCRIPTOR[c]) if is_finding else _NO_SET
     return Sentence(
         low,
-        frozenset(asserted) if asserted else _NO_SET,
-        frozenset(denied) if denied else _NO_SET,
-        frozenset(letters) if letters else _NO_SET,
-        frozenset(denied_letters) if denied_letters else _NO_SET,
+        _shared(asserted),
+        _shared(denied),
+        _shared(letters),
+        _shared(denied_letters),
         cue,
         boxes,
-        frozenset(polarity) if polarity else _NO_SET,
-        descriptors or _NO_SET,
+        _shared(polarity),
+        _shared({c for c in asserted if _IS_DESCRIPTOR[c]}) if is_finding else _NO_SET,
         boxes > 0 or not _VISUAL.isdisjoint(asserted),
     )
 
