@@ -60,11 +60,13 @@ def reward_caches() -> list:
 
 
 def clear_reward_caches() -> None:
+    from medgrpo.rewards.claims import _SETS
     from medgrpo.rewards.consistency import clear_contents
 
     for fn in reward_caches():
         fn.cache_clear()
     clear_contents()  # the per-record content commitments (a bounded dict, not an LRU cache)
+    _SETS.clear()  # the shared claim sets (bounded too)
 
 
 def reward_cache_entries() -> int:

@@ -83,7 +83,7 @@ def columns_for(records, frames, rows) -> dict[str, list]:
 
 
 def clear_caches() -> None:
-    from medgrpo.rewards.claims import read, read_sentence
+    from medgrpo.rewards.claims import _SETS, read, read_sentence
     from medgrpo.rewards.columns import _row
     from medgrpo.rewards.consistency import clear_contents
     from medgrpo.rewards.evidence import _checks
@@ -91,6 +91,7 @@ def clear_caches() -> None:
     from medgrpo.rewards.parsing import _box_in
 
     clear_contents()
+    _SETS.clear()
     for fn in (read, read_sentence, _box_in, _row, _facts, _checks):
         fn.cache_clear()
 
