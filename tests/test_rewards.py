@@ -677,6 +677,57 @@ def test_claim_words_start_and_end_at_word_boundaries_in_any_script():
     assert read("<box>[1, 2, 3, 4]</box>, no mass").sentences[0].boxes == 1
 
 
+ELIMINATIONS = {
+    "modality": (
+        MODALITY,
+        f"{MRI_BRAIN} A. CT: no. C. X-ray: no. D. Ultrasound - no. So the answer is B.",
+    ),
+    "anatomy": (
+        ANATOMY,
+        f"{MRI_BRAIN} Option A (knee) is incorrect. Option B (chest) is wrong. Skin does not fit. So the answer is C.",
+    ),
+    "pathology": (
+        PATHOLOGY,
+        f"{FINDING} A cyst is unlikely. Calcification is not consistent with this signal. So the answer is D (mass).",
+    ),
+    "location": (
+        LOCATION,
+        f"{FINDING} Right upper quadrant: no. Left lower quadrant: no. Right lower quadrant: no. The answer is A.",
+    ),
+    "anomaly": (ANOMALY, f"{MRI_BRAIN} {FINDING} Right side: no. So the answer is B."),
+}
+
+
+@pytest.mark.parametrize("family", sorted(ELIMINATIONS))
+def test_option_by_option_elimination_reads_as_rejecting_the_other_options(family):
+    """A differential that rejects the other options one by one ("CT: no", "is incorrect", "is unlikely", "does
+    not fit") is consistent, points to the gold option and names nothing it does not deny."""
+    record, think = ELIMINATIONS[family]
+    scores = verify(done(think, record.answer), record)
+    assert scores["consistency"] == 1.0
+    assert scores["reasoning_accuracy"] == 1.0
+    assert scores["evidence/no_hallucination"] == 1.0
+    assert scores["evidence/no_contradiction"] == 1.0
+
+
+def test_trailing_negations_reject_only_what_they_close():
+    from medgrpo.rewards.claims import read
+
+    assert read("CT: no. MRI - no. X-ray is incorrect.").denied == {"ct", "mri", "xray"}
+    assert read("Option A: no.").sentences[0].denied_letters == {"A"}
+    assert "ultrasound" in read("Ultrasound: no fan shape.").asserted  # the "no" is about what follows
+    assert read("A cyst is unlikely.").denied == read("Unlikely to be a cyst.").denied == {"cyst"}
+    assert read("We look for whether there is a lesion or not.").denied == frozenset()
+    assert read("Lesion: none.").polarity == {"normal"}
+    assert read("No mass, left side.").asserted == {"left"}  # a lone "no" opening a clause after a comma
+
+
+def test_denying_the_chosen_option_contradicts_it():
+    scores = verify(done("This is not an MRI. So the answer is B.", "B"), MODALITY)
+    assert scores["consistency"] == 0.0 and scores["reasoning_accuracy"] == 0.0
+    assert scores["evidence/answer_support"] == 0.0
+
+
 def test_equal_claim_sets_of_cached_sentences_are_one_object():
     """The sentence cache keeps one object per distinct claim set, so that a full cache holds few GC-tracked
     objects (most sentences repeat the same few sets)."""

@@ -34,6 +34,7 @@ def shortcuts(record, frame):
     many = " ".join(
         f"<box>[{x}, {y}, {x + 16}, {y + 16}]</box>" for x in range(0, 96, 16) for y in range(0, 96, 16)
     )
+    rejections = " ".join(f"{o}: no." for o in record.options)
     gold_box = BOX_RE.search(think)
     no_box = BOX_RE.sub("", think)
     return {
@@ -41,6 +42,8 @@ def shortcuts(record, frame):
         "blank reasoning": f"<think> </think>\n<answer>{answer}</answer>",
         "bare answer": f"<think>The answer is {answer}.</think>\n<answer>{answer}</answer>",
         "lists every option": f"<think>It could be {listing}</think>\n<answer>{answer}</answer>",
+        "rejects every option": f"<think>{rejections} So the answer is {answer}.</think>\n<answer>{answer}</answer>",
+        "gold reasoning, then rejects every option": f"<think>{think} {rejections}</think>\n<answer>{answer}</answer>",
         "copies the question": f"<think>{record.question}</think>\n<answer>{answer}</answer>",
         "concludes another option": f"<think>{think} Therefore the answer is {other} "
         f"({record.options[letters.index(other)]}).</think>\n<answer>{answer}</answer>",

@@ -7,9 +7,15 @@ the lower-cased sentence find the clause breaks and cited boxes, and the words o
 negation and conclusion cues, compiled as one prefix trie so the scan is cheap); a linear walk over the
 matches, in order, decides whether each mention is denied:
 
-* a *pre* cue (``no``, ``not``, ``without``, ``rather than``, ``unlikely``, ...) denies every mention after it
-  up to the end of its clause (clauses end at ``, ; :`` and at ``but``/``however``/``whereas``...);
-* a *post* cue (``absent``, ``not seen``, ``ruled out``, ...) denies every mention before it in its clause;
+* a *pre* cue (``no``, ``not``, ``without``, ``rather than``, ...) denies every mention after it up to the end of
+  its clause (clauses end at ``, ; :`` and at ``but``/``however``/``whereas``...);
+* a *post* cue (``absent``, ``not seen``, ``ruled out``, ``incorrect``, ...) denies every mention before it in its
+  clause;
+* a *relational* cue (``unlikely``, ``not consistent with``, ``does not fit``...) denies the mentions after it in
+  its clause, or, when none follows, those before it ("CT is unlikely", "unlikely to be CT");
+* a pre cue that ends its clause (nothing but punctuation after it) rejects what came before: the mentions
+  before it in its clause ("CT - no"), or, when it stands alone after a colon, those of the labelled clause
+  before the colon ("CT: no", "Option A: no"), so that an option-by-option elimination reads as one;
 * a *neutral* cue (``otherwise``, ``surrounding``, ``remaining``...) makes "normal" in its clause say nothing
   about the whole image ("the surrounding parenchyma is otherwise normal").
 
@@ -49,9 +55,32 @@ _CUES: dict[str, str] = {
             "not depicted",
             "ruled out",
             "excluded",
+            "incorrect",
+            "wrong",
+            "not correct",
+            "not the answer",
+            "not supported",
         ),
         "post",
     ),
+    **dict.fromkeys(
+        (
+            "unlikely",
+            "not likely",
+            "not consistent with",
+            "inconsistent with",
+            "not compatible with",
+            "incompatible with",
+            "does not fit",
+            "do not fit",
+            "doesn't fit",
+            "does not match",
+            "do not match",
+            "doesn't match",
+        ),
+        "rel",
+    ),
+    "or not": "inert",  # "whether there is a lesion or not" denies nothing
     **dict.fromkeys(("but", "however", "whereas", "although", "though", "while", "yet"), "clause"),
     **dict.fromkeys(
         (
@@ -78,13 +107,13 @@ _CUES: dict[str, str] = {
             "excluding",
             "rather than",
             "instead of",
-            "unlikely",
             "neither",
             "nor",
             "lack of",
             "lacks",
             "never",
             "cannot be",
+            "none",
         ),
         "neg",
     ),
@@ -226,6 +255,16 @@ def _flush(
                 polarity.add("normal")
 
 
+def _reject_back(low: str, clause: list[list], labelled: list[list], neg_end: int, end: int) -> None:
+    """At the end (``end`` in ``low``) of a clause whose last pre or relational cue has no mention after it:
+    unless a pre cue has words after it, deny the mentions before the cue, or those of the labelled clause
+    before a colon when there are none ("CT is unlikely", "CT - no", "CT: no")."""
+    if neg_end >= 0 and low[neg_end:end].strip(" .!?"):  # "no fan shape": the "no" is about what follows
+        return
+    for item in clause or labelled:
+        item[1] = True
+
+
 @lru_cache(maxsize=1 << 16)
 def read_sentence(text: str) -> Sentence | None:
     """The claims of one sentence (None when it is blank). Cached: completions of one prompt, and the gold
@@ -244,11 +283,16 @@ def read_sentence(text: str) -> Sentence | None:
     boxes = 0
     cue = neg = neut = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
+    labelled: list[list] = []  # the clause before a colon, held back until the next one ends ("CT: no")
+    labelled_neut = False
+    negated_at = -1  # len(clause) at its last pre or relational cue
+    neg_end = -1  # where that cue ends in ``low`` when it is a pre cue (-1 for a relational one)
     asserted: set[str] = set()
     denied: set[str] = set()
     letters: set[str] = set()
     denied_letters: set[str] = set()
     polarity: set[str] = set()
+    sets = (asserted, denied, letters, denied_letters, polarity)
     covered = 0  # the end of the last box or "(C)": nothing inside them is a claim
     for m in sorted(marks + words, key=_start) if marks and words else marks or words:
         if m.re is not _MARKS:  # a word; positions in " " + low: m.start() is the word's, m.end() one past it
@@ -258,8 +302,9 @@ def read_sentence(text: str) -> Sentence | None:
             kind = _KIND[word]
             if kind == "c":
                 clause.append([PHRASES[word], neg])
-            elif kind == "neg":
-                neg = True
+            elif kind == "neg" or kind == "rel":
+                neg, negated_at = True, len(clause)
+                neg_end = m.end() - 1 if kind == "neg" else -1
             elif kind == "cue":
                 cue = True
             elif kind == "intro":
@@ -273,9 +318,14 @@ def read_sentence(text: str) -> Sentence | None:
                     item[1] = True
             elif kind == "neut":
                 neut = True
-            else:  # "clause"
-                _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
-                clause, neg, neut = [], False, False
+            elif kind == "clause":
+                if negated_at == len(clause):  # its negation closes it (-1 when it has none)
+                    _reject_back(low, clause, labelled, neg_end, m.start())
+                if labelled:
+                    _flush(labelled, labelled_neut, *sets)
+                    labelled = []
+                _flush(clause, neut, *sets)
+                clause, neg, neut, negated_at = [], False, False, -1
         elif m.start() < covered:
             continue
         elif low[m.start()] == "<":
@@ -286,10 +336,22 @@ def read_sentence(text: str) -> Sentence | None:
             letter = text[m.start() + 1]
             if letter.isupper():
                 clause.append(["#" + letter, neg])
-        else:
-            _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
-            clause, neg, neut = [], False, False
-    _flush(clause, neut, asserted, denied, letters, denied_letters, polarity)
+        else:  # a clause break: ", ; :"
+            if negated_at == len(clause):
+                _reject_back(low, clause, labelled, neg_end, m.start())
+            if labelled:
+                _flush(labelled, labelled_neut, *sets)
+                labelled = []
+            if low[m.start()] == ":":
+                labelled, labelled_neut = clause, neut
+            else:
+                _flush(clause, neut, *sets)
+            clause, neg, neut, negated_at = [], False, False, -1
+    if negated_at == len(clause):
+        _reject_back(low, clause, labelled, neg_end, len(low))
+    if labelled:
+        _flush(labelled, labelled_neut, *sets)
+    _flush(clause, neut, *sets)
     for whole, parts in IMPLIED.items():
         if parts <= asserted:
             asserted.add(whole)

@@ -14,7 +14,8 @@ reasoning itself, never from the answer block:
 
 Scores: the conclusion commits to the answer alone: 1.0; to the answer and k-1 other options (hedging): 1/k;
 not to the answer, or by letter to one option and by text to another: 0.0 (contradiction); the reasoning
-states both polarities, or only the polarity opposite to the answer's: 0.0; no conclusion at all:
+denies the answer's content and never asserts it ("not an MRI ... so the answer is B (MRI)"), states both
+polarities, or only the polarity opposite to the answer's: 0.0; no conclusion at all:
 :data:`NO_CONCLUSION`; no reasoning, or no valid answer: 0.0. Open-ended records: the free-text answer (or its
 lexicon concepts, or its yes/no polarity) must be asserted by the reasoning; denied: 0.0.
 
@@ -69,6 +70,18 @@ def _literal_in(low: str, phrase: str) -> bool:
                 return True
         at = low.find(phrase, at + 1)
     return False
+
+
+def denies_option(reading: Reading, facts: RecordFacts, i: int) -> bool:
+    """The reasoning denies option ``i``'s concepts and never asserts them ("not an MRI", "MRI: no"). Options
+    that stand for a polarity ("No lesion") are read through the polarity the reasoning states instead."""
+    concepts = facts.option_concepts[i]
+    return (
+        facts.option_polarity[i] is None
+        and bool(concepts)
+        and concepts <= reading.denied
+        and not concepts <= reading.asserted
+    )
 
 
 def by_letter(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
@@ -236,8 +249,11 @@ def consistency_verdict(
         return _open_verdict(reading, facts, answer or "")
     if choice is None:
         return _EMPTY
-    polarity = facts.option_polarity[facts.letters.index(choice)]
+    index = facts.letters.index(choice)
+    polarity = facts.option_polarity[index]
     if polarity is not None and reading.polarity and polarity not in reading.polarity:
+        return _CONTRADICT
+    if denies_option(reading, facts, index):
         return _CONTRADICT
     if polarity is not None and len(reading.polarity) == 2:
         return _CONTRADICT
@@ -261,7 +277,7 @@ def reasoning_accuracy(reading: Reading | None, facts: RecordFacts, argument: Co
 
     Multiple choice: the options it commits to by content anywhere (an option's words, concepts or polarity;
     denied mentions aside) are the gold one alone; when it commits to none by content, its conclusion's letters
-    are. Open-ended: it asserts the gold answer (:func:`consistency_verdict` against the gold answer agrees).
+    are, unless it denies the gold option's content (:func:`denies_option`). Open-ended: it asserts the gold answer (:func:`consistency_verdict` against the gold answer agrees).
     So a right rationale with a wrong letter scores 1, and a rationale bent to agree with a wrong answer 0:
     beside consistency, it tells which way consistency was reached. An evaluation metric, never shaped.
     """
@@ -269,6 +285,6 @@ def reasoning_accuracy(reading: Reading | None, facts: RecordFacts, argument: Co
         return float(consistency_verdict(reading, facts, facts.open_answer, None, argument).kind == "agree")
     if len(facts.answer) != 1 or facts.answer not in facts.letters:
         return None
-    if reading is None:
+    if reading is None or denies_option(reading, facts, facts.letters.index(facts.answer)):
         return 0.0
     return float((argument.content or argument.hits) == {facts.answer})

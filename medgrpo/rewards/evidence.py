@@ -19,8 +19,8 @@ record's structured ``evidence``, ``modality``, ``anatomy`` and ``bbox``. Every 
     letter, text or polarity; or, open-ended, states the answer). Multiplied by min(1, novelty / 0.5), where
     novelty is the share of the reasoning that is not a verbatim copy of the question.
 ``answer_support``
-    0.0 without a valid answer, when the reasoning denies the chosen answer or its conclusion contradicts it,
-    or when the sentences before the conclusion commit (by content) to options that do not include the chosen
+    0.0 without a valid answer, when the reasoning contradicts the chosen answer (which includes denying its
+    content, :func:`~medgrpo.rewards.consistency.denies_option`), or when the sentences before the conclusion commit (by content) to options that do not include the chosen
     one: the observations point elsewhere. Otherwise 0.5 when the reasoning asserts the chosen option's
     content (its text or concepts, or its polarity; a bare letter does not count) plus 0.5 when a sentence
     before the conclusion states an observation (a visual concept or a cited box): the answer must rest on
@@ -190,16 +190,7 @@ def answer_support(
     argument: Commitments,
 ) -> float:
     if facts.is_mcq:
-        if choice is None or verdict.kind == "contradict":
-            return 0.0
-        i = facts.letters.index(choice)
-        concepts = facts.option_concepts[i]
-        if (
-            facts.option_polarity[i] is None
-            and concepts
-            and concepts <= reading.denied
-            and not concepts <= reading.asserted
-        ):
+        if choice is None or verdict.kind == "contradict":  # a contradiction includes denying the choice
             return 0.0
         if argument.body and choice not in argument.body:  # the observations point to another option
             return 0.0
