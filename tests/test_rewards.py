@@ -722,6 +722,19 @@ def test_trailing_negations_reject_only_what_they_close():
     assert read("No mass, left side.").asserted == {"left"}  # a lone "no" opening a clause after a comma
 
 
+def test_hypothetical_mentions_claim_nothing():
+    from medgrpo.rewards.claims import read
+
+    framing = read("To determine whether there is an abnormality, I examine the chest CT.")
+    assert framing.asserted == framing.denied == framing.polarity == frozenset()
+    assert read("I look for a mass, a nodule or an effusion.").asserted == frozenset()
+    assert read("If option A were right, the rim would be bright.").sentences[0].letters == frozenset()
+    assert read("The mass is in the left upper quadrant, whether benign or not.").asserted >= {"mass", "left"}
+    think = "To determine whether there is an abnormality, I review the chest CT. No abnormality is seen."
+    scores = verify(done(f"{think} So the answer is A.", "A"), ANOMALY_NORMAL)
+    assert scores["consistency"] == scores["evidence/no_contradiction"] == scores["evidence/no_hallucination"] == 1.0
+
+
 def test_denying_the_chosen_option_contradicts_it():
     scores = verify(done("This is not an MRI. So the answer is B.", "B"), MODALITY)
     assert scores["consistency"] == 0.0 and scores["reasoning_accuracy"] == 0.0

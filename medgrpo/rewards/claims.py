@@ -16,6 +16,9 @@ matches, in order, decides whether each mention is denied:
 * a pre cue that ends its clause (nothing but punctuation after it) rejects what came before: the mentions
   before it in its clause ("CT - no"), or, when it stands alone after a colon, those of the labelled clause
   before the colon ("CT: no", "Option A: no"), so that an option-by-option elimination reads as one;
+* a *hypothetical* cue (``whether``, ``if``, ``look for``, ``to rule out``...) makes the mentions and option
+  letters after it, to the end of its sentence, neither asserted nor denied: "to determine whether there is a lesion, ..." and "I look for
+  a mass, a nodule or an effusion" claim nothing (a whole sentence, because lists run across commas);
 * a *neutral* cue (``otherwise``, ``surrounding``, ``remaining``...) makes "normal" in its clause say nothing
   about the whole image ("the surrounding parenchyma is otherwise normal").
 
@@ -81,6 +84,23 @@ _CUES: dict[str, str] = {
         "rel",
     ),
     "or not": "inert",  # "whether there is a lesion or not" denies nothing
+    **dict.fromkeys(
+        (
+            "whether",
+            "if",
+            "look for",
+            "looking for",
+            "check for",
+            "checking for",
+            "search for",
+            "screen for",
+            "evaluate for",
+            "assess for",
+            "to rule out",
+            "to exclude",
+        ),
+        "hyp",
+    ),
     **dict.fromkeys(("but", "however", "whereas", "although", "though", "while", "yet"), "clause"),
     **dict.fromkeys(
         (
@@ -281,7 +301,7 @@ def read_sentence(text: str) -> Sentence | None:
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
         return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
     boxes = 0
-    cue = neg = neut = False
+    cue = neg = neut = hyp = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
     labelled: list[list] = []  # the clause before a colon, held back until the next one ends ("CT: no")
     labelled_neut = False
@@ -301,7 +321,8 @@ def read_sentence(text: str) -> Sentence | None:
             word = m.group(1)
             kind = _KIND[word]
             if kind == "c":
-                clause.append([PHRASES[word], neg])
+                if not hyp:
+                    clause.append([PHRASES[word], neg])
             elif kind == "neg" or kind == "rel":
                 neg, negated_at = True, len(clause)
                 neg_end = m.end() - 1 if kind == "neg" else -1
@@ -312,12 +333,15 @@ def read_sentence(text: str) -> Sentence | None:
                 after = _LETTER_AFTER.match(text, m.end() - 1)
                 if after:
                     cue = True
-                    clause.append(["#" + after.group(1), neg])
+                    if not hyp:
+                        clause.append(["#" + after.group(1), neg])
             elif kind == "post":
                 for item in clause:
                     item[1] = True
             elif kind == "neut":
                 neut = True
+            elif kind == "hyp":
+                hyp = True
             elif kind == "clause":
                 if negated_at == len(clause):  # its negation closes it (-1 when it has none)
                     _reject_back(low, clause, labelled, neg_end, m.start())
@@ -334,7 +358,7 @@ def read_sentence(text: str) -> Sentence | None:
         elif low[m.start()] == "(":  # "(c)": a letter only when written in upper case
             covered = m.end()
             letter = text[m.start() + 1]
-            if letter.isupper():
+            if letter.isupper() and not hyp:
                 clause.append(["#" + letter, neg])
         else:  # a clause break: ", ; :"
             if negated_at == len(clause):
