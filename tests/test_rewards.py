@@ -730,6 +730,12 @@ def test_hypothetical_mentions_claim_nothing():
     assert read("I look for a mass, a nodule or an effusion.").asserted == frozenset()
     assert read("If option A were right, the rim would be bright.").sentences[0].letters == frozenset()
     assert read("The mass is in the left upper quadrant, whether benign or not.").asserted >= {"mass", "left"}
+    asked = read("Is there a mass? No.")
+    assert asked.asserted == asked.denied == asked.polarity == frozenset()
+    assert read("Is there a lesion? Yes, a mass in the left lobe.").asserted == {"mass", "left"}
+    assert read("The absence of a mass is reassuring.").denied == {"mass"}
+    assert read("There is no doubt that this is a mass.").asserted == {"mass"}
+    assert read("Not only a mass but also an effusion.").asserted == {"mass", "effusion"}
     think = "To determine whether there is an abnormality, I review the chest CT. No abnormality is seen."
     scores = verify(done(f"{think} So the answer is A.", "A"), ANOMALY_NORMAL)
     assert scores["consistency"] == scores["evidence/no_contradiction"] == scores["evidence/no_hallucination"] == 1.0

@@ -17,7 +17,8 @@ matches, in order, decides whether each mention is denied:
   before it in its clause ("CT - no"), or, when it stands alone after a colon, those of the labelled clause
   before the colon ("CT: no", "Option A: no"), so that an option-by-option elimination reads as one;
 * a *hypothetical* cue (``whether``, ``if``, ``look for``, ``to rule out``...) makes the mentions and option
-  letters after it, to the end of its sentence, neither asserted nor denied: "to determine whether there is a lesion, ..." and "I look for
+  letters after it, to the end of its sentence, neither asserted nor denied (and a question, a sentence ending
+  in ``?``, claims nothing at all): "to determine whether there is a lesion, ..." and "I look for
   a mass, a nodule or an effusion" claim nothing (a whole sentence, because lists run across commas);
 * a *neutral* cue (``otherwise``, ``surrounding``, ``remaining``...) makes "normal" in its clause say nothing
   about the whole image ("the surrounding parenchyma is otherwise normal").
@@ -83,7 +84,8 @@ _CUES: dict[str, str] = {
         ),
         "rel",
     ),
-    "or not": "inert",  # "whether there is a lesion or not" denies nothing
+    # negations that deny nothing: "whether there is a lesion or not", "no doubt that", "not only"
+    **dict.fromkeys(("or not", "no doubt", "not only", "not just"), "inert"),
     **dict.fromkeys(
         (
             "whether",
@@ -134,6 +136,7 @@ _CUES: dict[str, str] = {
             "never",
             "cannot be",
             "none",
+            "absence of",
         ),
         "neg",
     ),
@@ -301,7 +304,8 @@ def read_sentence(text: str) -> Sentence | None:
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
         return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
     boxes = 0
-    cue = neg = neut = hyp = False
+    cue = neg = neut = False
+    hyp = text.rstrip().endswith("?")  # "Is there a mass?" asks; it does not claim
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
     labelled: list[list] = []  # the clause before a colon, held back until the next one ends ("CT: no")
     labelled_neut = False
