@@ -722,6 +722,20 @@ def test_trailing_negations_reject_only_what_they_close():
     assert read("No mass, left side.").asserted == {"left"}  # a lone "no" opening a clause after a comma
 
 
+def test_a_negation_runs_on_over_a_list_of_the_same_kind():
+    """Radiology's usual negative ("no effusion, pneumothorax or consolidation") denies every finding listed, and
+    stops at a mention of another kind ("no mass, left side") or at a contrast ("no mass, but a cyst")."""
+    from medgrpo.rewards.claims import read
+
+    listing = read("The lungs are clear without consolidation, effusion, or pneumothorax.")
+    assert listing.denied == {"consolidation", "effusion", "pneumothorax"} and listing.polarity == frozenset()
+    assert read("No mass, left side.").asserted == {"left"}
+    assert read("No mass, but a cyst in the left lobe.").asserted == {"cyst", "left"}
+    assert read("A mass, a cyst and an effusion.").asserted == {"mass", "cyst", "effusion"}
+    think = "CT of the chest. No effusion, pneumothorax or consolidation. The study is normal."
+    assert verify(done(f"{think} So the answer is A.", "A"), ANOMALY_NORMAL)["evidence/no_hallucination"] == 1.0
+
+
 def test_hypothetical_mentions_claim_nothing():
     from medgrpo.rewards.claims import read
 

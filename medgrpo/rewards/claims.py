@@ -13,6 +13,8 @@ matches, in order, decides whether each mention is denied:
   clause;
 * a *relational* cue (``unlikely``, ``not consistent with``, ``does not fit``...) denies the mentions after it in
   its clause, or, when none follows, those before it ("CT is unlikely", "unlikely to be CT");
+* a pre cue's denial runs on over a comma into a list of the same kind of concept ("no effusion, pneumothorax or
+  consolidation"), but not into another kind ("no mass, left side");
 * a pre cue that ends its clause (nothing but punctuation after it) rejects what came before: the mentions
   before it in its clause ("CT - no"), or, when it stands alone after a colon, those of the labelled clause
   before the colon ("CT: no", "Option A: no"), so that an option-by-option elimination reads as one;
@@ -227,6 +229,9 @@ _CLAIMS = attrgetter("asserted", "denied", "polarity", "descriptors")  # one C c
 _start = methodcaller("start")
 _IS_FINDING = {c: CATEGORY[c] in _FINDING_CATS for c in CATEGORY}
 _IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
+# a concept's kind for negated lists ("no mass, cyst or calcification"): findings and generic abnormalities alike
+_LIST_KIND = {c: "finding" if _IS_FINDING[c] else CATEGORY[c] for c in CATEGORY}
+_LIST_FILLERS = frozenset(("and", "or", "a", "an", "any"))
 _VISUAL = frozenset(c for c in CATEGORY if CATEGORY[c] in VISUAL_CATEGORIES)
 
 
@@ -311,6 +316,7 @@ def read_sentence(text: str) -> Sentence | None:
     labelled_neut = False
     negated_at = -1  # len(clause) at its last pre or relational cue
     neg_end = -1  # where that cue ends in ``low`` when it is a pre cue (-1 for a relational one)
+    listed, listed_from = "", 0  # after a comma that ends a denied mention: its kind, and where the comma ends
     asserted: set[str] = set()
     denied: set[str] = set()
     letters: set[str] = set()
@@ -325,8 +331,13 @@ def read_sentence(text: str) -> Sentence | None:
             word = m.group(1)
             kind = _KIND[word]
             if kind == "c":
+                concept = PHRASES[word]
+                if listed and not clause:  # the first mention after "no mass,": does the list go on?
+                    if _LIST_KIND[concept] == listed and _LIST_FILLERS.issuperset(low[listed_from : m.start()].split()):
+                        neg = True
+                    listed = ""
                 if not hyp:
-                    clause.append([PHRASES[word], neg])
+                    clause.append([concept, neg])
             elif kind == "neg" or kind == "rel":
                 neg, negated_at = True, len(clause)
                 neg_end = m.end() - 1 if kind == "neg" else -1
@@ -353,7 +364,7 @@ def read_sentence(text: str) -> Sentence | None:
                     _flush(labelled, labelled_neut, *sets)
                     labelled = []
                 _flush(clause, neut, *sets)
-                clause, neg, neut, negated_at = [], False, False, -1
+                clause, neg, neut, negated_at, listed = [], False, False, -1, ""
         elif m.start() < covered:
             continue
         elif low[m.start()] == "<":
@@ -370,6 +381,9 @@ def read_sentence(text: str) -> Sentence | None:
             if labelled:
                 _flush(labelled, labelled_neut, *sets)
                 labelled = []
+            listed = ""  # "no mass," may open a list the denial runs on into
+            if low[m.start()] == "," and clause and clause[-1][1] and clause[-1][0][0] != "#":
+                listed, listed_from = _LIST_KIND[clause[-1][0]], m.end()
             if low[m.start()] == ":":
                 labelled, labelled_neut = clause, neut
             else:
