@@ -710,6 +710,55 @@ def test_option_by_option_elimination_reads_as_rejecting_the_other_options(famil
     assert scores["evidence/no_contradiction"] == 1.0
 
 
+# Correct answers argued the way instruction-tuned models write (framing, questions, eliminations, negated
+# lists, one-sided normal findings); the rule verifiers must read each as consistent and free of contradiction.
+WRITTEN = [
+    (MODALITY, "Let's consider each option. A. CT - incorrect, the signal pattern differs. B. MRI - correct, "
+     "typical T2 appearance of the brain. C. X-ray - incorrect. D. Ultrasound - incorrect. Final answer: B."),
+    (ANATOMY, "The scan shows the brain inside the skull on MRI. It cannot be the knee or the skin, and the chest "
+     "is not shown. So the answer is C."),
+    (ANATOMY, "First, what region is this? The brain is visible on this MRI. Chest: incorrect. Knee: incorrect. "
+     "Therefore, C."),
+    (PATHOLOGY, "There is a large lobulated hyperintense mass. Could it be a cyst? Unlikely, given the irregular "
+     "margins. A calcification is ruled out. The answer is D."),
+    (LOCATION, "The MRI of the brain shows a large mass in the left upper quadrant. There is no lesion in the right "
+     "upper, left lower or right lower quadrants. The answer is A."),
+    (LOCATION, "I need to check where the lesion is. A hyperintense mass is seen in the left upper quadrant; the "
+     "other quadrants are clear. So the answer is A."),
+    (ANOMALY, "To decide whether the brain MRI is abnormal, I inspect both hemispheres. A large hyperintense mass "
+     "is present on the left; the right side shows no abnormality. So the answer is B."),
+    (ANOMALY_NORMAL, "This chest CT was reviewed for nodules, masses, effusion and pneumothorax. None are present. "
+     "The lungs are clear and the study is normal. The answer is A."),
+    (ANOMALY_NORMAL, "The chest CT shows normal lungs. There is no evidence of a mass, nodule, or effusion. So the "
+     "answer is A."),
+    (ANOMALY_NORMAL, "Chest CT. Findings: no consolidation, no effusion, no mass. Impression: normal study. Answer: A."),
+    pytest.param(MODALITY, "The image is a cross-sectional MRI of the brain. It is not a CT, since bone is not "
+                 "bright. An X-ray would be a projection image, which this is not. The answer is B.",
+                 marks=pytest.mark.xfail(strict=True, reason="known limit: a counterfactual 'would' is read as a claim")),
+    pytest.param(PATHOLOGY, "On this brain MRI there is a large irregular hyperintense mass. A simple cyst would be "
+                 "round and well-defined, which is not the case. Therefore the answer is D (mass).",
+                 marks=pytest.mark.xfail(strict=True, reason="known limit: a counterfactual 'would' is read as a claim")),
+]
+
+
+@pytest.mark.parametrize(("record", "think"), WRITTEN)
+def test_correct_reasoning_in_written_styles_reads_as_consistent(record, think):
+    scores = verify(done(think, record.answer), record)
+    for key in ("consistency", "reasoning_accuracy", "evidence/no_hallucination", "evidence/no_contradiction"):
+        assert scores[key] == 1.0, key
+
+
+def test_places_and_questions_keep_their_scope():
+    from medgrpo.rewards.claims import read
+
+    one_side = read("A large mass is present on the left; the right side shows no abnormality.")
+    assert "right" in one_side.denied and "right" not in one_side.asserted and one_side.polarity == {"abnormal"}
+    assert read("The left side is normal.").polarity == frozenset()
+    assert read("This chest CT was reviewed for nodules, masses and effusion.").asserted == {"chest", "ct"}
+    assert read("Chest: incorrect.").denied == {"chest"}
+    assert read("Could it be a cyst?").sentences[0].low == ""  # no option words to match in a question
+
+
 def test_trailing_negations_reject_only_what_they_close():
     from medgrpo.rewards.claims import read
 

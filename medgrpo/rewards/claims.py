@@ -99,7 +99,14 @@ _CUES: dict[str, str] = {
             "search for",
             "screen for",
             "evaluate for",
+            "evaluated for",
             "assess for",
+            "assessed for",
+            "reviewed for",
+            "examined for",
+            "checked for",
+            "inspected for",
+            "screened for",
             "to rule out",
             "to exclude",
         ),
@@ -192,7 +199,8 @@ _LETTER_AFTER = re.compile(r"\s*(?:is\s+|would\s+be\s+|:\s*)?\(?([A-J])\)?(?!\w)
 
 @dataclass(eq=False, slots=True)
 class Sentence:
-    """The claims of one sentence; ``low`` is its lower-cased text (hyphens as spaces).
+    """The claims of one sentence; ``low`` is its lower-cased text (hyphens as spaces) up to its hypothetical
+    part, where it has one (empty for a question): the text the verifiers match option words in.
 
     Compared and hashed by identity: :func:`read_sentence` returns one shared object per distinct sentence, so
     the per-(sentence, record) cache of the verifiers costs a pointer hash. Never mutated (not frozen only
@@ -229,8 +237,9 @@ _CLAIMS = attrgetter("asserted", "denied", "polarity", "descriptors")  # one C c
 _start = methodcaller("start")
 _IS_FINDING = {c: CATEGORY[c] in _FINDING_CATS for c in CATEGORY}
 _IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
+_IS_PLACE = {c: CATEGORY[c] in ("laterality", "location") for c in CATEGORY}
 # a concept's kind for negated lists ("no mass, cyst or calcification"): findings and generic abnormalities alike
-_LIST_KIND = {c: "finding" if _IS_FINDING[c] else CATEGORY[c] for c in CATEGORY}
+_LIST_KIND = {c: "finding" if _IS_FINDING[c] else "place" if _IS_PLACE[c] else CATEGORY[c] for c in CATEGORY}
 _LIST_FILLERS = frozenset(("and", "or", "a", "an", "any"))
 _VISUAL = frozenset(c for c in CATEGORY if CATEGORY[c] in VISUAL_CATEGORIES)
 
@@ -265,21 +274,35 @@ def _flush(
     denied_letters: set[str],
     polarity: set[str],
 ) -> None:
-    """Move one finished clause's mentions into its sentence's sets (post cues may have denied them late)."""
+    """Move one finished clause's mentions into its sentence's sets (post cues may have denied them late).
+
+    A clause about a place ("the right side shows no abnormality", "the left side is normal") says nothing about
+    the whole image; when it denies a finding and asserts none, its places are where the finding is absent, and
+    are denied with it (so "left ...; the right side shows no abnormality" does not read as both sides).
+    """
+    local = found = missing = False
+    if len(clause) > 1:  # a place and something to say about it
+        for item, is_denied in clause:
+            if _IS_PLACE.get(item, False):  # option letters ("#C") are neither places nor findings
+                local = True
+            elif _IS_FINDING.get(item, False):
+                missing = missing or is_denied
+                found = found or not is_denied
+    free = local and missing and not found
     for item, is_denied in clause:
         if item[0] == "#":
             (denied_letters if is_denied else letters).add(item[1:])
-        elif is_denied:
+        elif is_denied or (free and _IS_PLACE[item]):
             denied.add(item)
-            if item == "abnormal":
+            if item == "abnormal" and not local:
                 polarity.add("normal")
-            elif item == "normal" and not neut:
+            elif item == "normal" and not neut and not local:
                 polarity.add("abnormal")
         else:
             asserted.add(item)
             if _IS_FINDING[item]:
                 polarity.add("abnormal")
-            elif item == "normal" and not neut:
+            elif item == "normal" and not neut and not local:
                 polarity.add("normal")
 
 
@@ -306,11 +329,12 @@ def read_sentence(text: str) -> Sentence | None:
         return None
     words = list((_WORDS_ASCII if low.isascii() else _WORDS).finditer(" " + low))
     marks = list(_MARKS.finditer(low))
+    hyp = text.rstrip().endswith("?")  # "Is there a mass?" asks; it does not claim
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
-        return Sentence(low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
+        return Sentence("" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
+    hyp_at = 0  # where the hypothetical part starts in ``low``: the sentence keeps only the text before it
     boxes = 0
     cue = neg = neut = False
-    hyp = text.rstrip().endswith("?")  # "Is there a mass?" asks; it does not claim
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
     labelled: list[list] = []  # the clause before a colon, held back until the next one ends ("CT: no")
     labelled_neut = False
@@ -351,12 +375,12 @@ def read_sentence(text: str) -> Sentence | None:
                     if not hyp:
                         clause.append(["#" + after.group(1), neg])
             elif kind == "post":
-                for item in clause:
+                for item in clause or labelled:  # "Chest: incorrect" rejects the labelled clause
                     item[1] = True
             elif kind == "neut":
                 neut = True
-            elif kind == "hyp":
-                hyp = True
+            elif kind == "hyp" and not hyp:
+                hyp, hyp_at = True, m.start()
             elif kind == "clause":
                 if negated_at == len(clause):  # its negation closes it (-1 when it has none)
                     _reject_back(low, clause, labelled, neg_end, m.start())
@@ -399,7 +423,7 @@ def read_sentence(text: str) -> Sentence | None:
             asserted.add(whole)
     is_finding = boxes > 0 or any(_IS_FINDING[c] for c in asserted)
     return Sentence(
-        low,
+        low[:hyp_at] if hyp else low,
         _shared(asserted),
         _shared(denied),
         _shared(letters),
