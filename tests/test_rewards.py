@@ -732,12 +732,36 @@ WRITTEN = [
     (ANOMALY_NORMAL, "The chest CT shows normal lungs. There is no evidence of a mass, nodule, or effusion. So the "
      "answer is A."),
     (ANOMALY_NORMAL, "Chest CT. Findings: no consolidation, no effusion, no mass. Impression: normal study. Answer: A."),
+    (ANATOMY, "The structure shown is the brain, seen on MRI with gyri and ventricles. No knee, chest or skin "
+     "structures are visible. Hence the correct option is C."),
+    (LOCATION, "The mass lies in the upper part of the image on the left side, i.e. the left upper quadrant. The "
+     "answer is A."),
+    (ANOMALY, "Assessment for abnormality: there is a large hyperintense mass in the left hemisphere of this brain "
+     "MRI. The right hemisphere is unremarkable. The abnormality is therefore on the left side only. Answer: B."),
+    (ANOMALY_NORMAL, "The chest CT demonstrates clear lungs, a normal heart size, and no pleural effusion. No focal "
+     "lesion is identified. The study is within normal limits, so the answer is A."),
+    (ANOMALY_NORMAL, "Evaluating this chest CT for any abnormality: lungs clear, mediastinum normal, no nodules or "
+     "masses. Overall impression: no abnormality. Answer: A."),
+    (PATHOLOGY, "Findings: a large irregular hyperintense lesion. Differential: cyst (no, margins irregular), "
+     "calcification (no, not dark), mass (yes). The answer is D."),
     pytest.param(MODALITY, "The image is a cross-sectional MRI of the brain. It is not a CT, since bone is not "
                  "bright. An X-ray would be a projection image, which this is not. The answer is B.",
                  marks=pytest.mark.xfail(strict=True, reason="known limit: a counterfactual 'would' is read as a claim")),
     pytest.param(PATHOLOGY, "On this brain MRI there is a large irregular hyperintense mass. A simple cyst would be "
                  "round and well-defined, which is not the case. Therefore the answer is D (mass).",
                  marks=pytest.mark.xfail(strict=True, reason="known limit: a counterfactual 'would' is read as a claim")),
+    pytest.param(MODALITY, "The contrast points to MRI rather than CT. X-ray and ultrasound do not produce "
+                 "cross-sections like this. Conclusion: MRI, option B.",
+                 marks=pytest.mark.xfail(strict=True, reason="known limit: a general statement about an option")),
+    pytest.param(ANATOMY, "The brain parenchyma is visible on this MRI. The chest, knee and skin are therefore "
+                 "excluded. The answer is C (brain).",
+                 marks=pytest.mark.xfail(strict=True, reason="known limit: a comma list before a post cue")),
+    pytest.param(LOCATION, "The large hyperintense mass of this brain MRI sits in the left upper quadrant. The right "
+                 "upper, left lower and right lower quadrants appear unremarkable. The answer is A.",
+                 marks=pytest.mark.xfail(strict=True, reason="known limit: a comma list before a post cue")),
+    pytest.param(ANOMALY_NORMAL, "I carefully inspected the chest CT for masses, nodules and effusions but found "
+                 "none. Everything looks normal. The answer is A.",
+                 marks=pytest.mark.xfail(strict=True, reason="known limit: framing split from its object")),
 ]
 
 
@@ -756,6 +780,8 @@ def test_places_and_questions_keep_their_scope():
     assert read("The left side is normal.").polarity == frozenset()
     assert read("This chest CT was reviewed for nodules, masses and effusion.").asserted == {"chest", "ct"}
     assert read("Chest: incorrect.").denied == {"chest"}
+    assert read("Left lower quadrant appears unremarkable.").denied == {"left", "lower"}
+    assert read("Evaluating this chest CT for any abnormality: lungs clear.").polarity == frozenset()
     assert read("Could it be a cyst?").sentences[0].low == ""  # no option words to match in a question
 
 

@@ -107,6 +107,9 @@ _CUES: dict[str, str] = {
             "checked for",
             "inspected for",
             "screened for",
+            "for any",
+            "for signs of",
+            "for evidence of",
             "to rule out",
             "to exclude",
         ),
@@ -277,8 +280,9 @@ def _flush(
     """Move one finished clause's mentions into its sentence's sets (post cues may have denied them late).
 
     A clause about a place ("the right side shows no abnormality", "the left side is normal") says nothing about
-    the whole image; when it denies a finding and asserts none, its places are where the finding is absent, and
-    are denied with it (so "left ...; the right side shows no abnormality" does not read as both sides).
+    the whole image; when it denies a finding or calls the place normal, and asserts no finding, its places are
+    where the lesion is not, and are denied (so "left ...; the right side shows no abnormality" does not read as
+    both sides, nor "the other quadrants appear unremarkable" as naming them).
     """
     local = found = missing = False
     if len(clause) > 1:  # a place and something to say about it
@@ -288,6 +292,8 @@ def _flush(
             elif _IS_FINDING.get(item, False):
                 missing = missing or is_denied
                 found = found or not is_denied
+            elif item == "normal" and not is_denied:
+                missing = True
     free = local and missing and not found
     for item, is_denied in clause:
         if item[0] == "#":
