@@ -17,18 +17,21 @@ matches, in order, decides whether each mention is denied:
   consolidation"), but not into another kind ("no mass, left side");
 * a pre cue that ends its clause (nothing but punctuation after it) rejects what came before: the mentions
   before it in its clause ("CT - no"), or, when it stands alone after a colon, those of the labelled clause
-  before the colon ("CT: no", "Option A: no"), so that an option-by-option elimination reads as one;
+  before the colon ("CT: no", "Option A: no"; a post cue alone after a colon too: "Chest: incorrect"), so that
+  an option-by-option elimination reads as one;
 * a *hypothetical* cue (``whether``, ``if``, ``look for``, ``to rule out``...) makes the mentions and option
   letters after it, to the end of its sentence, neither asserted nor denied (and a question, a sentence ending
-  in ``?``, claims nothing at all): "to determine whether there is a lesion, ..." and "I look for
-  a mass, a nodule or an effusion" claim nothing (a whole sentence, because lists run across commas);
+  in ``?``, claims nothing at all): "to determine whether there is a lesion, ..." and "I look for a mass, a
+  nodule or an effusion" claim nothing (a whole sentence, because lists run across commas);
 * a *neutral* cue (``otherwise``, ``surrounding``, ``remaining``...) makes "normal" in its clause say nothing
   about the whole image ("the surrounding parenchyma is otherwise normal").
 
 Option letters count as committed only in explicit forms: "answer is C", "option C", "choice: C", "(C)".
 Polarity: a sentence states *abnormal* when it asserts a finding or a generic abnormality, or denies "normal";
 it states *normal* when it asserts "normal"/"unremarkable" or denies a generic abnormality ("no lesion", "no
-abnormality"). Denying one specific finding ("no haemorrhage") says nothing about the whole.
+abnormality"). Denying one specific finding ("no haemorrhage") says nothing about the whole, nor does a clause
+about one place ("the right side shows no abnormality", "the left side is normal"), whose places are then
+denied: they are where the lesion is not.
 """
 
 from __future__ import annotations
