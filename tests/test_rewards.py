@@ -677,42 +677,23 @@ def test_claim_words_start_and_end_at_word_boundaries_in_any_script():
     assert read("<box>[1, 2, 3, 4]</box>, no mass").sentences[0].boxes == 1
 
 
-ELIMINATIONS = {
-    "modality": (
-        MODALITY,
-        f"{MRI_BRAIN} A. CT: no. C. X-ray: no. D. Ultrasound - no. So the answer is B.",
-    ),
-    "anatomy": (
-        ANATOMY,
-        f"{MRI_BRAIN} Option A (knee) is incorrect. Option B (chest) is wrong. Skin does not fit. So the answer is C.",
-    ),
-    "pathology": (
-        PATHOLOGY,
-        f"{FINDING} A cyst is unlikely. Calcification is not consistent with this signal. So the answer is D (mass).",
-    ),
-    "location": (
-        LOCATION,
-        f"{FINDING} Right upper quadrant: no. Left lower quadrant: no. Right lower quadrant: no. The answer is A.",
-    ),
-    "anomaly": (ANOMALY, f"{MRI_BRAIN} {FINDING} Right side: no. So the answer is B."),
-}
+def limit(reason, record, think):
+    """A written style the rule reader still misreads: a strict xfail, so that fixing it shows up."""
+    return pytest.param(record, think, marks=pytest.mark.xfail(strict=True, reason=f"known limit: {reason}"))
 
 
-@pytest.mark.parametrize("family", sorted(ELIMINATIONS))
-def test_option_by_option_elimination_reads_as_rejecting_the_other_options(family):
-    """A differential that rejects the other options one by one ("CT: no", "is incorrect", "is unlikely", "does
-    not fit") is consistent, points to the gold option and names nothing it does not deny."""
-    record, think = ELIMINATIONS[family]
-    scores = verify(done(think, record.answer), record)
-    assert scores["consistency"] == 1.0
-    assert scores["reasoning_accuracy"] == 1.0
-    assert scores["evidence/no_hallucination"] == 1.0
-    assert scores["evidence/no_contradiction"] == 1.0
-
-
-# Correct answers argued the way instruction-tuned models write (framing, questions, eliminations, negated
-# lists, one-sided normal findings); the rule verifiers must read each as consistent and free of contradiction.
+# Correct answers argued the way instruction-tuned models write (option-by-option eliminations, framing,
+# questions, negated lists, one-sided normal findings); the rule verifiers must read each as consistent, pointing
+# to the gold option, and free of hallucination and contradiction.
 WRITTEN = [
+    (MODALITY, f"{MRI_BRAIN} A. CT: no. C. X-ray: no. D. Ultrasound - no. So the answer is B."),
+    (ANATOMY, f"{MRI_BRAIN} Option A (knee) is incorrect. Option B (chest) is wrong. Skin does not fit. So the answer "
+     "is C."),
+    (PATHOLOGY, f"{FINDING} A cyst is unlikely. Calcification is not consistent with this signal. So the answer is D "
+     "(mass)."),
+    (LOCATION, f"{FINDING} Right upper quadrant: no. Left lower quadrant: no. Right lower quadrant: no. The answer is "
+     "A."),
+    (ANOMALY, f"{MRI_BRAIN} {FINDING} Right side: no. So the answer is B."),
     (MODALITY, "Let's consider each option. A. CT - incorrect, the signal pattern differs. B. MRI - correct, "
      "typical T2 appearance of the brain. C. X-ray - incorrect. D. Ultrasound - incorrect. Final answer: B."),
     (ANATOMY, "The scan shows the brain inside the skull on MRI. It cannot be the knee or the skin, and the chest "
@@ -744,24 +725,21 @@ WRITTEN = [
      "masses. Overall impression: no abnormality. Answer: A."),
     (PATHOLOGY, "Findings: a large irregular hyperintense lesion. Differential: cyst (no, margins irregular), "
      "calcification (no, not dark), mass (yes). The answer is D."),
-    pytest.param(MODALITY, "The image is a cross-sectional MRI of the brain. It is not a CT, since bone is not "
-                 "bright. An X-ray would be a projection image, which this is not. The answer is B.",
-                 marks=pytest.mark.xfail(strict=True, reason="known limit: a counterfactual 'would' is read as a claim")),
-    pytest.param(PATHOLOGY, "On this brain MRI there is a large irregular hyperintense mass. A simple cyst would be "
-                 "round and well-defined, which is not the case. Therefore the answer is D (mass).",
-                 marks=pytest.mark.xfail(strict=True, reason="known limit: a counterfactual 'would' is read as a claim")),
-    pytest.param(MODALITY, "The contrast points to MRI rather than CT. X-ray and ultrasound do not produce "
-                 "cross-sections like this. Conclusion: MRI, option B.",
-                 marks=pytest.mark.xfail(strict=True, reason="known limit: a general statement about an option")),
-    pytest.param(ANATOMY, "The brain parenchyma is visible on this MRI. The chest, knee and skin are therefore "
-                 "excluded. The answer is C (brain).",
-                 marks=pytest.mark.xfail(strict=True, reason="known limit: a comma list before a post cue")),
-    pytest.param(LOCATION, "The large hyperintense mass of this brain MRI sits in the left upper quadrant. The right "
-                 "upper, left lower and right lower quadrants appear unremarkable. The answer is A.",
-                 marks=pytest.mark.xfail(strict=True, reason="known limit: a comma list before a post cue")),
-    pytest.param(ANOMALY_NORMAL, "I carefully inspected the chest CT for masses, nodules and effusions but found "
-                 "none. Everything looks normal. The answer is A.",
-                 marks=pytest.mark.xfail(strict=True, reason="known limit: framing split from its object")),
+    limit("a counterfactual is read as a claim", MODALITY, "The image is a cross-sectional MRI of the brain. It is "
+          "not a CT, since bone is not bright. An X-ray would be a projection image, which this is not. The answer "
+          "is B."),
+    limit("a counterfactual is read as a claim", PATHOLOGY, "On this brain MRI there is a large irregular "
+          "hyperintense mass. A simple cyst would be round and well-defined, which is not the case. Therefore the "
+          "answer is D (mass)."),
+    limit("a general statement about an option is read as a claim", MODALITY, "The contrast points to MRI rather "
+          "than CT. X-ray and ultrasound do not produce cross-sections like this. Conclusion: MRI, option B."),
+    limit("a comma list before a post cue", ANATOMY, "The brain parenchyma is visible on this MRI. The chest, knee "
+          "and skin are therefore excluded. The answer is C (brain)."),
+    limit("a comma list before a post cue", LOCATION, "The large hyperintense mass of this brain MRI sits in the "
+          "left upper quadrant. The right upper, left lower and right lower quadrants appear unremarkable. The "
+          "answer is A."),
+    limit("framing split from its object", ANOMALY_NORMAL, "I carefully inspected the chest CT for masses, nodules "
+          "and effusions but found none. Everything looks normal. The answer is A."),
 ]
 
 
