@@ -725,6 +725,10 @@ WRITTEN = [
      "masses. Overall impression: no abnormality. Answer: A."),
     (PATHOLOGY, "Findings: a large irregular hyperintense lesion. Differential: cyst (no, margins irregular), "
      "calcification (no, not dark), mass (yes). The answer is D."),
+    (ANATOMY, "The brain parenchyma is visible on this MRI. The chest, knee and skin are therefore excluded. The "
+     "answer is C (brain)."),
+    (LOCATION, "The large hyperintense mass of this brain MRI sits in the left upper quadrant. The right upper, left "
+     "lower and right lower quadrants appear unremarkable. The answer is A."),
     limit("a counterfactual is read as a claim", MODALITY, "The image is a cross-sectional MRI of the brain. It is "
           "not a CT, since bone is not bright. An X-ray would be a projection image, which this is not. The answer "
           "is B."),
@@ -733,11 +737,6 @@ WRITTEN = [
           "answer is D (mass)."),
     limit("a general statement about an option is read as a claim", MODALITY, "The contrast points to MRI rather "
           "than CT. X-ray and ultrasound do not produce cross-sections like this. Conclusion: MRI, option B."),
-    limit("a comma list before a post cue", ANATOMY, "The brain parenchyma is visible on this MRI. The chest, knee "
-          "and skin are therefore excluded. The answer is C (brain)."),
-    limit("a comma list before a post cue", LOCATION, "The large hyperintense mass of this brain MRI sits in the "
-          "left upper quadrant. The right upper, left lower and right lower quadrants appear unremarkable. The "
-          "answer is A."),
     limit("framing split from its object", ANOMALY_NORMAL, "I carefully inspected the chest CT for masses, nodules "
           "and effusions but found none. Everything looks normal. The answer is A."),
 ]
@@ -785,6 +784,8 @@ def test_a_negation_runs_on_over_a_list_of_the_same_kind():
     assert read("No mass, left side.").asserted == {"left"}
     assert read("No mass, but a cyst in the left lobe.").asserted == {"cyst", "left"}
     assert read("A mass, a cyst and an effusion.").asserted == {"mass", "cyst", "effusion"}
+    assert read("CT, X-ray and ultrasound are excluded.").denied == {"ct", "xray", "ultrasound"}
+    assert read("Brain MRI, mass absent.").asserted == {"brain", "mri"}  # a list holds one kind of concept
     think = "CT of the chest. No effusion, pneumothorax or consolidation. The study is normal."
     assert verify(done(f"{think} So the answer is A.", "A"), ANOMALY_NORMAL)["evidence/no_hallucination"] == 1.0
 

@@ -14,7 +14,9 @@ matches, in order, decides whether each mention is denied:
 * a *relational* cue (``unlikely``, ``not consistent with``, ``does not fit``...) denies the mentions after it in
   its clause, or, when none follows, those before it ("CT is unlikely", "unlikely to be CT");
 * a pre cue's denial runs on over a comma into a list of the same kind of concept ("no effusion, pneumothorax or
-  consolidation"), but not into another kind ("no mass, left side");
+  consolidation"), but not into another kind ("no mass, left side"); a clause of nothing but mentions before a
+  comma waits for the next: when that one opens with a denied mention of the same kind, the list is denied with
+  it ("CT, X-ray and ultrasound are excluded");
 * a pre cue that ends its clause (nothing but punctuation after it) rejects what came before: the mentions
   before it in its clause ("CT - no"), or, when it stands alone after a colon, those of the labelled clause
   before the colon ("CT: no", "Option A: no"; a post cue alone after a colon too: "Chest: incorrect"), so that
@@ -246,7 +248,7 @@ _IS_DESCRIPTOR = {c: CATEGORY[c] in DESCRIPTOR_CATEGORIES for c in CATEGORY}
 _IS_PLACE = {c: CATEGORY[c] in ("laterality", "location") for c in CATEGORY}
 # a concept's kind for negated lists ("no mass, cyst or calcification"): findings and generic abnormalities alike
 _LIST_KIND = {c: "finding" if _IS_FINDING[c] else "place" if _IS_PLACE[c] else CATEGORY[c] for c in CATEGORY}
-_LIST_FILLERS = frozenset(("and", "or", "a", "an", "any"))
+_LIST_FILLERS = frozenset(("and", "or", "a", "an", "any", "the"))
 _VISUAL = frozenset(c for c in CATEGORY if CATEGORY[c] in VISUAL_CATEGORIES)
 
 
@@ -297,11 +299,13 @@ def _flush(
                 found = found or not is_denied
             elif item == "normal" and not is_denied:
                 missing = True
-    free = local and missing and not found
+    if local and missing and not found:
+        for item in clause:
+            item[1] = item[1] or _IS_PLACE.get(item[0], False)
     for item, is_denied in clause:
         if item[0] == "#":
             (denied_letters if is_denied else letters).add(item[1:])
-        elif is_denied or (free and _IS_PLACE[item]):
+        elif is_denied:
             denied.add(item)
             if item == "abnormal" and not local:
                 polarity.add("normal")
@@ -313,6 +317,25 @@ def _flush(
                 polarity.add("abnormal")
             elif item == "normal" and not neut and not local:
                 polarity.add("normal")
+
+
+def _only_mentions(text: str, said: list[str]) -> bool:
+    """``text`` holds nothing but the mentions ``said`` and list fillers ("the chest", "x ray and")."""
+    words = text.split()
+    if len(words) > 3 * len(said):  # most clauses say more than their mentions: no need to look closer
+        return False
+    return _LIST_FILLERS.union(*(phrase.split() for phrase in said)).issuperset(words)
+
+
+def _release(held: list[list[list]], clause: list[list], sets: tuple[set[str], ...]) -> None:
+    """Flush the bare list items held at their commas before ``clause`` ("CT, X-ray and ultrasound are
+    excluded" holds "CT"): when ``clause`` opens with a denied mention of their kind, they are denied with it."""
+    kind = _LIST_KIND[clause[0][0]] if clause and clause[0][1] and clause[0][0][0] != "#" else ""
+    for items in held:
+        if kind and all(_LIST_KIND.get(item, "") == kind for item, _ in items):
+            for item in items:
+                item[1] = True
+        _flush(items, False, *sets)
 
 
 def _reject_back(low: str, clause: list[list], labelled: list[list], neg_end: int, end: int) -> None:
@@ -350,6 +373,9 @@ def read_sentence(text: str) -> Sentence | None:
     negated_at = -1  # len(clause) at its last pre or relational cue
     neg_end = -1  # where that cue ends in ``low`` when it is a pre cue (-1 for a relational one)
     listed, listed_from = "", 0  # after a comma that ends a denied mention: its kind, and where the comma ends
+    held: list[list[list]] = []  # clauses of bare mentions before a comma ("CT,"): a later cue may deny them too
+    clause_from = 0  # where the current clause starts in ``low``
+    said: list[str] = []  # the current clause's mentions, as written
     asserted: set[str] = set()
     denied: set[str] = set()
     letters: set[str] = set()
@@ -371,6 +397,7 @@ def read_sentence(text: str) -> Sentence | None:
                     listed = ""
                 if not hyp:
                     clause.append([concept, neg])
+                    said.append(word)
             elif kind == "neg" or kind == "rel":
                 neg, negated_at = True, len(clause)
                 neg_end = m.end() - 1 if kind == "neg" else -1
@@ -397,7 +424,11 @@ def read_sentence(text: str) -> Sentence | None:
                     _flush(labelled, labelled_neut, *sets)
                     labelled = []
                 _flush(clause, neut, *sets)
+                if held:
+                    _release(held, clause, sets)
+                    held = []
                 clause, neg, neut, negated_at, listed = [], False, False, -1, ""
+                clause_from, said = m.end() - 1, []
         elif m.start() < covered:
             continue
         elif low[m.start()] == "<":
@@ -418,15 +449,26 @@ def read_sentence(text: str) -> Sentence | None:
             if low[m.start()] == "," and clause and clause[-1][1] and clause[-1][0][0] != "#":
                 listed, listed_from = _LIST_KIND[clause[-1][0]], m.end()
             if low[m.start()] == ":":
+                if held:
+                    _release(held, [], sets)
+                    held = []
                 labelled, labelled_neut = clause, neut
+            elif low[m.start()] == "," and clause and _only_mentions(low[clause_from : m.start()], said):
+                held.append(clause)  # perhaps a list that a cue after it denies
             else:
                 _flush(clause, neut, *sets)
+                if held:
+                    _release(held, clause, sets)
+                    held = []
             clause, neg, neut, negated_at = [], False, False, -1
+            clause_from, said = m.end(), []
     if negated_at == len(clause):
         _reject_back(low, clause, labelled, neg_end, len(low))
     if labelled:
         _flush(labelled, labelled_neut, *sets)
     _flush(clause, neut, *sets)
+    if held:
+        _release(held, clause, sets)
     for whole, parts in IMPLIED.items():
         if parts <= asserted:
             asserted.add(whole)
