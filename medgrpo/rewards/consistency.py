@@ -103,7 +103,7 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     Not cached itself: :func:`contents` caches it per record, as sentences recur across a prompt's completions.
     """
     if not (sentence.asserted or sentence.denied or sentence.polarity) and not any(
-        literal and literal in sentence.low for literal in facts.option_literal
+        map(sentence.low.__contains__, filter(None, facts.option_literal))
     ):  # no claim, and no option's words: nothing below can match (most new sentences end here)
         return _NONE
     hits: set[str] = set()

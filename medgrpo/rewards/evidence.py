@@ -45,7 +45,7 @@ record's structured ``evidence``, ``modality``, ``anatomy`` and ``bbox``. Every 
 from __future__ import annotations
 
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, mul
 from typing import NamedTuple
 
 from medgrpo.rewards.claims import DESCRIPTOR_CATEGORIES, VISUAL_CATEGORIES, Reading, read
@@ -266,6 +266,8 @@ def evidence_criteria(
 def combine(criteria: tuple[float | None, ...], weights: tuple[float, ...]) -> float | None:
     """Weighted mean of the criteria (in the order of :data:`~medgrpo.rewards.settings.CRITERIA`) that could
     be scored (None ones are left out); None when none could."""
+    if None not in criteria:  # the rule backend scores all five: the weighted mean in two C-level sums
+        return sum(map(mul, criteria, weights)) / sum(weights)
     total = weight = 0.0
     for value, w in zip(criteria, weights, strict=True):
         if value is not None and w > 0:

@@ -48,10 +48,7 @@ class RecordFacts:
     appearance: frozenset[str]  # appearance + size descriptors
     gold_boxes: tuple[Box, ...]
     open_answer: str  # lower-cased free-text answer ("" for MCQ)
-
-    @property
-    def is_mcq(self) -> bool:
-        return bool(self.options)
+    is_mcq: bool  # it has options (a field, not a property: the verifiers ask several times per completion)
 
     def descriptors(self) -> frozenset[str]:
         """Every finding descriptor the record knows (laterality, location, appearance, size)."""
@@ -151,6 +148,7 @@ def _facts(key: str) -> RecordFacts:
         appearance=_concepts([*appearance, ev.get("size")], ("appearance", "size")),
         gold_boxes=_boxes(row["bbox"]),
         open_answer="" if options else " ".join(_WORD_RE.findall(answer.lower())),
+        is_mcq=bool(options),
     )
 
 

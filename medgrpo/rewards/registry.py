@@ -112,11 +112,8 @@ def _values(results: Results, name: str) -> list[float | None]:
     """Reward ``name`` of each result: None where it does not apply, 0.0 for a non-finite value or where
     scoring raised (None for grounding)."""
     failed = None if name == "grounding" else 0.0
-    out: list[float | None] = []
-    for result in results:
-        value = failed if result is None else result[name]
-        out.append(value if value is None or isfinite(value) else 0.0)
-    return out
+    values = [failed if result is None else result[name] for result in results]
+    return [v if v is None or isfinite(v) else 0.0 for v in values]
 
 
 def build_reward_funcs(names: list[str] | tuple[str, ...], settings: RewardSettings | None = None) -> list:

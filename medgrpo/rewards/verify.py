@@ -71,11 +71,7 @@ def assemble(
         acc = cons = 0.0
         evidence = None if evidence is None else 0.0
         ground = None if ground is None else 0.0
-    out: dict[str, float | None] = {"format": fmt, "accuracy": acc, "consistency": cons, "evidence": evidence}
-    out.update(zip(CRITERION_KEYS, criteria, strict=True))
-    out["grounding"] = ground
-    out["reasoning_accuracy"] = reasoned
-    return out
+    return dict(zip(KEYS, (fmt, acc, cons, evidence, *criteria, ground, reasoned), strict=True))
 
 
 def verify(
