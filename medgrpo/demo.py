@@ -128,6 +128,7 @@ def run_demo(
     max_new_tokens: int = 128,
     overwrite: bool = False,
     option_order: str = "canonical",
+    cot_style: str = "brief",
 ) -> dict[str, Any]:
     """Run the whole pipeline into ``out`` and return the report (also written as JSON and Markdown)."""
     from medgrpo.data.synth import generate_synth
@@ -160,7 +161,7 @@ def run_demo(
 
     t = _step(f"generate MedAD-Synth ({n_train} train / {n_test} test)")
     if not (paths["data"] / "test.jsonl").is_file():
-        generate_synth(paths["data"], n_train=n_train, n_test=n_test, seed=seed, cot_style="brief",
+        generate_synth(paths["data"], n_train=n_train, n_test=n_test, seed=seed, cot_style=cot_style,
                        option_order=option_order)
     _done(t, timings, "data")
 

@@ -280,6 +280,29 @@ def test_brief_cot_keeps_the_claims_in_fewer_words(tmp_path):
             assert format_box(box) in b.cot
 
 
+def test_walk_cot_judges_the_options_in_order_up_to_the_answer_and_reads_as_consistent(tmp_path):
+    from medgrpo.data.boxes import ImageGrid
+    from medgrpo.prompts import build_target
+    from medgrpo.rewards.verify import verify
+
+    brief = load_records(generate_synth(tmp_path / "b", n_train=60, n_test=5, seed=5, cot_style="brief"), "train")
+    walk = load_records(generate_synth(tmp_path / "w", n_train=60, n_test=5, seed=5, cot_style="walk"), "train")
+    grid = ImageGrid("abs", 28, 56 * 56, 112 * 112)
+    for b, w in zip(brief, walk, strict=True):
+        assert (b.id, b.options, b.answer) == (w.id, w.options, w.answer)  # only the reasoning differs
+        if w.task == "anomaly_detection":  # polarity options are not walked (no "no abnormality: no")
+            assert w.cot == b.cot
+            continue
+        k = LETTERS.index(w.answer)
+        walked = [f"{LETTERS[i]}. {o}: no." for i, o in enumerate(w.options[:k])]
+        tail = " ".join([*walked, f"{w.answer}. {w.answer_text()}: yes, so the answer is {w.answer} "
+                                  f"({w.answer_text()})."])
+        assert w.cot.endswith(tail)
+        frame = grid.frame(128, 128)
+        scores = verify(build_target(w, frame), w, frame)
+        assert scores["consistency"] == scores["reasoning_accuracy"] == scores["format"] == 1.0
+
+
 def test_canonical_option_order_lists_classes_in_order_and_keeps_everything_else(tmp_path):
     shuffled = load_records(generate_synth(tmp_path / "s", n_train=120, n_test=5, seed=4), split="train")
     canonical = load_records(generate_synth(tmp_path / "c", n_train=120, n_test=5, seed=4,

@@ -151,6 +151,11 @@ OPTION_ORDERS = ("shuffled", "canonical")
 """``shuffled``: the correct option's letter follows a balanced schedule (the benchmark). ``canonical``: the four
 options are listed in the task's class order, so the letter is a function of the image's class and of which
 distractors are shown (no symbol binding needed: the CPU demo's tiny model cannot learn binding in minutes)."""
+COT_STYLES = ("full", "brief", "walk")
+"""Gold reasoning styles: ``full``; ``brief`` (the same claims in about a third of the tokens); ``walk`` (brief,
+then the options in list order, each judged, stopping at the answer: "A. X-ray: no. B. CT: yes, so the answer is
+B (CT)." puts the answer's letter a few tokens after the same letter copied from the option list; anomaly
+detection keeps the brief ending, as judging "A. no abnormality: no" would negate a polarity twice)."""
 
 
 def _options(rng: np.random.Generator, correct: str, classes: tuple[str, ...], letter: str,
@@ -254,18 +259,25 @@ def _brief_finding(kind: str, modality: str, size: str, boxes: list[list[float]]
 
 
 def _cot(rng: np.random.Generator, task: str, target: str, scene: Scene, quadrants: list[str],
-         boxes: list[list[float]], size: str | None, letter: str, answer_text: str, style: str = "full") -> str:
+         boxes: list[list[float]], size: str | None, letter: str, answer_text: str, options: list[str],
+         style: str = "full") -> str:
     """Gold reasoning: modality -> anatomy -> finding (boxes cited) -> conclusion -> option letter and text.
 
     ``style="brief"`` states the same steps in about a third of the tokens (no description of the image cues), for
-    CPU-sized models whose generation budget is small; the claims and the ending are the same.
+    CPU-sized models whose generation budget is small; the claims and the ending are the same. ``style="walk"``
+    is brief with the conclusion's sentence closed and the options then judged in list order up to the answer.
     """
     modality, anatomy = scene.modality, scene.anatomy
     kind = scene.lesions[0].kind if scene.lesions else None
     ending = str(rng.choice(_ENDINGS)).format(letter=letter, text=answer_text)
-    if style == "brief":
+    if style in ("brief", "walk"):
         finding = "No lesion." if kind is None else _brief_finding(kind, modality, str(size), boxes, quadrants)
-        return f"{modality[:1].upper()}{modality[1:]} of the {anatomy}. {finding} {_conclusion(task, target, kind, modality, anatomy)} {ending}"
+        conclusion = _conclusion(task, target, kind, modality, anatomy)
+        if style == "walk" and task != "anomaly_detection":  # its options are polarities: no double negation
+            rejected = "".join(f" {LETTERS[i]}. {text}: no." for i, text in enumerate(options[: LETTERS.index(letter)]))
+            conclusion = f"{conclusion[:-1]}.{rejected} {letter}. {answer_text}: yes,"
+            ending = f"so the answer is {letter} ({answer_text})."
+        return f"{modality[:1].upper()}{modality[1:]} of the {anatomy}. {finding} {conclusion} {ending}"
     steps = [
         str(rng.choice(["This is {a} {m} image: {c}.", "The image is {a} {m} study, {c}.",
                         "Modality: {m}, recognisable as {c}."])).format(
@@ -311,7 +323,7 @@ def _make_record(split: str, index: int, task: str, target: str, letter: str, di
         anatomy=scene.anatomy,
         evidence=_evidence(scene, quadrants, size),
         bbox=boxes or None,
-        cot=_cot(rng, task, target, scene, quadrants, boxes, size, letter, answer_text, cot_style),
+        cot=_cot(rng, task, target, scene, quadrants, boxes, size, letter, answer_text, options, cot_style),
         source=SOURCE,
     )
 
@@ -443,8 +455,9 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
         n_train, n_test: number of records (one image each) per split.
         seed: everything, images included, is a function of the seed.
         overwrite: replace an existing non-empty ``out_dir`` (otherwise that is an error).
-        cot_style: ``"full"`` gold reasoning, or ``"brief"`` (same claims, about a third of the tokens: the CPU
-            demo uses it so that a tiny model's completions fit a small generation budget).
+        cot_style: ``"full"`` gold reasoning, ``"brief"`` (same claims, about a third of the tokens: the CPU
+            demo uses it so that a tiny model's completions fit a small generation budget), or ``"walk"`` (see
+            :data:`COT_STYLES`).
         option_order: ``"shuffled"`` (the benchmark) or ``"canonical"`` (options in class order; see
             :data:`OPTION_ORDERS`).
 
@@ -452,8 +465,8 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
         SynthError: bad counts, or ``out_dir`` exists and is not empty without ``overwrite``.
     """
     out = Path(out_dir)
-    if cot_style not in ("full", "brief"):
-        raise SynthError(f"--cot-style must be 'full' or 'brief', not '{cot_style}'")
+    if cot_style not in COT_STYLES:
+        raise SynthError(f"--cot-style must be one of {', '.join(COT_STYLES)}, not '{cot_style}'")
     if option_order not in OPTION_ORDERS:
         raise SynthError(f"--option-order must be 'shuffled' or 'canonical', not '{option_order}'")
     if n_train < 1 or n_test < 1:
@@ -493,8 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-test", type=int, default=500, help="test records (default 500)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
-    parser.add_argument("--cot-style", choices=["full", "brief"], default="full",
-                        help="gold reasoning: full, or brief (same claims, fewer tokens; the CPU demo's choice)")
+    parser.add_argument("--cot-style", choices=list(COT_STYLES), default="full",
+                        help="gold reasoning: full, brief (same claims, fewer tokens; the CPU demo's choice), or "
+                             "walk (brief, then the options judged in list order up to the answer)")
     parser.add_argument("--option-order", choices=list(OPTION_ORDERS), default="shuffled",
                         help="shuffled (balanced answer letters; the benchmark) or canonical (options in class "
                              "order, so no letter binding is needed; the CPU demo's choice)")
