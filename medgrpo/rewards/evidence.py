@@ -267,7 +267,8 @@ def combine(criteria: tuple[float | None, ...], weights: tuple[float, ...]) -> f
     """Weighted mean of the criteria (in the order of :data:`~medgrpo.rewards.settings.CRITERIA`) that could
     be scored (None ones are left out); None when none could."""
     if None not in criteria:  # the rule backend scores all five: the weighted mean in two C-level sums
-        return sum(map(mul, criteria, weights)) / sum(weights)
+        weight = sum(weights)
+        return sum(map(mul, criteria, weights)) / weight if weight > 0 else None
     total = weight = 0.0
     for value, w in zip(criteria, weights, strict=True):
         if value is not None and w > 0:
