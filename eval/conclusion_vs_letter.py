@@ -34,29 +34,36 @@ def main() -> None:
         if (args.dataset / f"{split}.jsonl").is_file():
             records.update({r.id: r for r in load_records(args.dataset, split=split, check_images=False)})
     for eval_dir in args.eval_dirs:
-        counts: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0])
+        scored: dict[str, list[tuple[str, str, str, float]]] = defaultdict(list)  # (gold text, gold, pred, reasoning)
         letters: dict[str, Counter] = defaultdict(Counter)
         for row in read_predictions(eval_dir / PREDICTIONS):
             record = records.get(row["id"])
             if record is None or not record.options:
                 continue
+            gold_text = record.options[record.letters.index(record.answer)]
             if row["task"] == args.letters:
-                letters[record.options[record.letters.index(record.answer)]][row["pred"]] += 1
+                letters[gold_text][row["pred"]] += 1
             reasoning = verify(row["completion"], record)["reasoning_accuracy"] or 0.0
             for key in (row["task"], "overall"):
-                c = counts[key]
-                c[0] += 1
-                c[1] += row["pred"] == record.answer
-                c[2] += reasoning
+                scored[key].append((f"{row['task']}/{gold_text}", record.answer, row["pred"], reasoning))
         print(f"{eval_dir}")
-        print(f"  {'task':<28} {'n':>4} {'letter right':>13} {'reasoning right':>16}")
-        for task in sorted(counts, key=lambda t: (t == "overall", t)):
-            n, letter, content = counts[task]
-            print(f"  {task:<28} {n:>4} {letter / n:>13.3f} {content / n:>16.3f}")
+        print(f"  {'task':<28} {'n':>4} {'letter right':>13} {'reasoning right':>16} {'class table':>12} {'off-table':>10}")
+        for task in sorted(scored, key=lambda t: (t == "overall", t)):
+            rows = scored[task]
+            n = len(rows)
+            by_class: dict[str, Counter] = defaultdict(Counter)
+            for gold_text, gold, _, _ in rows:
+                by_class[gold_text][gold] += 1
+            table = {text: golds.most_common(1)[0][0] for text, golds in by_class.items()}
+            off = [pred == gold for text, gold, pred, reasoning in rows if reasoning == 1.0 and gold != table[text]]
+            print(f"  {task:<28} {n:>4} {sum(g == p for _, g, p, _ in rows) / n:>13.3f}"
+                  f" {sum(r for *_, r in rows) / n:>16.3f}"
+                  f" {sum(max(golds.values()) for golds in by_class.values()) / n:>12.3f}"
+                  f" {f'{sum(off) / len(off):.3f}' if off else '-':>10}")
         if args.letters:
             print(f"  {args.letters}: letter given per gold option (the gold letter varies with the options shown)")
             if not letters:
-                print(f"    no predictions for task '{args.letters}' (tasks: {', '.join(sorted(set(counts) - {'overall'}))})")
+                print(f"    no predictions for task '{args.letters}' (tasks: {', '.join(sorted(set(scored) - {'overall'}))})")
             for gold, given in sorted(letters.items()):
                 print(f"    {gold:<28} " + "  ".join(f"{k}:{v}" for k, v in sorted(given.items(), key=str)))
 

@@ -301,6 +301,34 @@ def test_conclusion_vs_letter_separates_reasoning_from_letter(synth_dir, tmp_pat
     assert len(tally) == len(golds) and all(line.split()[-1].startswith("A:") for line in tally)
 
 
+def test_conclusion_vs_letter_tells_a_class_prior_from_a_letter_that_reads_the_options(synth_dir, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """Gold reasoning everywhere; one run's letter is the most common gold letter of the record's class (a policy
+    that never reads the option list), the other's the gold letter. The prior scores exactly the class-table
+    ceiling and 0 off the table; the lookup scores 1 off the table."""
+    import runpy
+    from collections import Counter, defaultdict
+
+    records = [r for split in ("train", "test") for r in load_records(synth_dir, split=split)]
+    by_class: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for r in records:
+        by_class[r.task, r.answer_text()][r.answer] += 1
+    table = {key: golds.most_common(1)[0][0] for key, golds in by_class.items()}
+    assert any(r.answer != table[r.task, r.answer_text()] for r in records)  # some records are off the table
+    for name, letter_of in (("prior", lambda r: table[r.task, r.answer_text()]), ("lookup", lambda r: r.answer)):
+        rows = [{"id": r.id, "task": r.task, "pred": letter_of(r),
+                 "completion": f"<think>{r.cot}</think><answer>{letter_of(r)}</answer>"} for r in records]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setattr("sys.argv", ["c.py", str(synth_dir), str(tmp_path / "prior"), str(tmp_path / "lookup")])
+    runpy.run_path(str(REPO / "eval" / "conclusion_vs_letter.py"), run_name="__main__")
+    prior, lookup = (part.split("overall")[1].split()[:5]
+                     for part in capsys.readouterr().out.split(str(tmp_path / "lookup")))
+    ceiling = sum(max(golds.values()) for golds in by_class.values()) / len(records)
+    assert float(prior[1]) == pytest.approx(ceiling, abs=1e-3) and float(prior[3]) == pytest.approx(ceiling, abs=1e-3)
+    assert float(prior[4]) == 0.0 and float(lookup[4]) == 1.0 and float(lookup[1]) == 1.0
+
+
 def test_conclusion_vs_letter_names_the_tasks_when_letters_task_is_unknown(synth_dir, tmp_path, monkeypatch, capsys):
     import runpy
 
