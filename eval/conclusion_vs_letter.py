@@ -34,7 +34,8 @@ def main() -> None:
         if (args.dataset / f"{split}.jsonl").is_file():
             records.update({r.id: r for r in load_records(args.dataset, split=split, check_images=False)})
     for eval_dir in args.eval_dirs:
-        scored: dict[str, list[tuple[str, str, str, float]]] = defaultdict(list)  # (gold text, gold, pred, reasoning)
+        # per task: (task/gold option text, gold letter, predicted letter, reasoning accuracy) of each record
+        scored: dict[str, list[tuple[str, str, str, float]]] = defaultdict(list)
         letters: dict[str, Counter] = defaultdict(Counter)
         for row in read_predictions(eval_dir / PREDICTIONS):
             record = records.get(row["id"])
@@ -52,10 +53,10 @@ def main() -> None:
             rows = scored[task]
             n = len(rows)
             by_class: dict[str, Counter] = defaultdict(Counter)
-            for gold_text, gold, _, _ in rows:
-                by_class[gold_text][gold] += 1
-            table = {text: golds.most_common(1)[0][0] for text, golds in by_class.items()}
-            off = [pred == gold for text, gold, pred, reasoning in rows if reasoning == 1.0 and gold != table[text]]
+            for cls, gold, _, _ in rows:
+                by_class[cls][gold] += 1
+            table = {cls: golds.most_common(1)[0][0] for cls, golds in by_class.items()}
+            off = [pred == gold for cls, gold, pred, reasoning in rows if reasoning == 1.0 and gold != table[cls]]
             print(f"  {task:<28} {n:>4} {sum(g == p for _, g, p, _ in rows) / n:>13.3f}"
                   f" {sum(r for *_, r in rows) / n:>16.3f}"
                   f" {sum(max(golds.values()) for golds in by_class.values()) / n:>12.3f}"

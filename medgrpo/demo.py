@@ -86,7 +86,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         "# medgrpo demo report",
         "",
         f"Model: tiny `{report['arch']}` (demo preset, random init), MedAD-Synth {report['n_train']} train / "
-        f"{report['n_test']} held-out test records (options in {report['option_order']} order), "
+        f"{report['n_test']} held-out test records ({report['cot_style']} reasoning, options in "
+        f"{report['option_order']} order), "
         f"seed {report['seed']}. Chance accuracy is 0.25 (4 options).",
         f"Mean training reward: first {report['grpo_reward_first']:.3f} -> last {report['grpo_reward_last']:.3f} "
         "(Con-GRPO, averaged over the first and last 20% of logged steps).",
@@ -198,6 +199,7 @@ def run_demo(
     first, last = _mean_reward(paths["con_grpo"])
     report = {
         "arch": arch, "seed": seed, "n_train": n_train, "n_test": n_test, "option_order": option_order,
+        "cot_style": cot_style,
         "after_sft": _summary(sft_metrics), "after_con_grpo": _summary(grpo_metrics),
         "change": _change(paths["eval_sft"], paths["eval_con_grpo"]),
         "grpo_reward_first": first, "grpo_reward_last": last,
@@ -210,6 +212,8 @@ def run_demo(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from medgrpo.data.synth import COT_STYLES, OPTION_ORDERS
+
     parser = argparse.ArgumentParser(prog="medgrpo demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     parser.add_argument("--arch", default="qwen2_5_vl", choices=["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
@@ -217,13 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-train", type=int, default=1500)
     parser.add_argument("--n-test", type=int, default=250)
     parser.add_argument("--recipes", default=str(REPO_RECIPES), help="folder holding sft.yaml and con_grpo.yaml")
-    parser.add_argument("--option-order", choices=["canonical", "shuffled"], default="canonical",
+    parser.add_argument("--option-order", choices=list(OPTION_ORDERS), default="canonical",
                         help="MedAD-Synth option order (default canonical: no letter binding needed, see above)")
+    parser.add_argument("--cot-style", choices=list(COT_STYLES), default="brief",
+                        help="MedAD-Synth gold reasoning (default brief: fits the tiny model's generation budget)")
     parser.add_argument("--overwrite", action="store_true", help="delete --out first instead of reusing steps")
     args = parser.parse_args(argv)
     try:
         report = run_demo(args.out, arch=args.arch, seed=args.seed, n_train=args.n_train, n_test=args.n_test,
-                          recipes=args.recipes, overwrite=args.overwrite, option_order=args.option_order)
+                          recipes=args.recipes, overwrite=args.overwrite, option_order=args.option_order,
+                          cot_style=args.cot_style)
     except (ValueError, FileNotFoundError) as exc:
         print(f"medgrpo: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         return 2

@@ -28,7 +28,9 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
     assert "paired bootstrap 95% interval" in (out / "demo_report.md").read_text()
     assert (out / "eval_sft" / "metrics.json").is_file() and (out / "eval_con_grpo" / "metrics.json").is_file()
     assert (out / "export" / "README.md").is_file()
-    assert "--option-order canonical" in (out / "data" / "README.md").read_text()  # the demo's data choice
+    card = (out / "data" / "README.md").read_text()
+    assert "--option-order canonical" in card and "--cot-style brief" in card  # the demo's data choices
+    assert saved["cot_style"] == "brief" and "(brief reasoning, options in canonical order)" in report_markdown(report)
     assert load_model(out / "export").config.model_type == "qwen2_5_vl"
     # A second run into the same folder reuses every finished stage instead of training again.
     again = run_demo(out, n_train=20, n_test=10, seed=1, max_new_tokens=16)

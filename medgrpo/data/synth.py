@@ -275,8 +275,9 @@ def _cot(rng: np.random.Generator, task: str, target: str, scene: Scene, quadran
         conclusion = _conclusion(task, target, kind, modality, anatomy)
         if style == "walk" and task != "anomaly_detection":  # its options are polarities: no double negation
             rejected = "".join(f" {LETTERS[i]}. {text}: no." for i, text in enumerate(options[: LETTERS.index(letter)]))
-            conclusion = f"{conclusion[:-1]}.{rejected} {letter}. {answer_text}: yes,"
-            ending = f"so the answer is {letter} ({answer_text})."
+            conclusion = f"{conclusion[:-1]}.{rejected} {letter}. {answer_text}: yes,"  # its trailing comma closed
+            ending = f"so the answer is {letter} ({answer_text})."  # the drawn ending is replaced, its draw kept:
+            # the rng stream, hence every later record, stays the same as with brief reasoning
         return f"{modality[:1].upper()}{modality[1:]} of the {anatomy}. {finding} {conclusion} {ending}"
     steps = [
         str(rng.choice(["This is {a} {m} image: {c}.", "The image is {a} {m} study, {c}.",
