@@ -320,6 +320,26 @@ def test_canonical_option_order_lists_classes_in_order_and_keeps_everything_else
     assert "--option-order canonical" in (tmp_path / "c" / "README.md").read_text()
 
 
+def test_slotted_option_order_lists_every_class_at_its_home_letter(tmp_path):
+    shuffled = load_records(generate_synth(tmp_path / "s", n_train=200, n_test=5, seed=4), split="train")
+    slotted = load_records(generate_synth(tmp_path / "l", n_train=200, n_test=5, seed=4,
+                                          option_order="slotted"), split="train")
+    shown_at: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for s, r in zip(shuffled, slotted, strict=True):
+        classes = synth_mod._CLASSES[r.task]
+        for letter, option in zip(LETTERS, r.options, strict=False):
+            assert classes.index(option.removesuffix(" quadrant")) % 4 == LETTERS.index(letter)
+            shown_at[(r.task, letter)].add(option)
+        # the same scene and class; the letter is the class's home, whatever else is shown
+        assert (s.id, s.images, s.answer_text()) == (r.id, r.images, r.answer_text())
+        assert r.answer == LETTERS[classes.index(r.answer_text().removesuffix(" quadrant")) % 4]
+        assert r.cot.rstrip(".").endswith(f"{r.answer} ({r.answer_text()})")
+    # a letter two classes share shows either of them, as the correct option or as a distractor
+    assert shown_at[("modality_classification", "A")] == {"X-ray", "fundus photography"}
+    assert shown_at[("anatomy_identification", "C")] == {"brain", "skin"}
+    assert "--option-order slotted" in (tmp_path / "l" / "README.md").read_text()
+
+
 def test_bad_option_order_is_one_line_error(tmp_path):
     with pytest.raises(SynthError, match="--option-order"):
         generate_synth(tmp_path / "x", n_train=2, n_test=1, option_order="sorted")

@@ -147,10 +147,14 @@ def _schedule(rng: np.random.Generator, classes: tuple[str, ...] | str, n: int) 
     return pool
 
 
-OPTION_ORDERS = ("shuffled", "canonical")
+OPTION_ORDERS = ("shuffled", "canonical", "slotted")
 """``shuffled``: the correct option's letter follows a balanced schedule (the benchmark). ``canonical``: the four
 options are listed in the task's class order, so the letter is a function of the image's class and of which
-distractors are shown (no symbol binding needed: the CPU demo's tiny model cannot learn binding in minutes)."""
+distractors are shown. ``slotted``: every class has a home letter (its place in the class order, modulo four) and
+is always listed there; the other three letters each show a class drawn uniformly from those at home on that
+letter, so the letter is a function of the image's class alone. The CPU demo's tiny model does not learn in
+minutes to look a letter up in the option list (eval/results/demo-report.md), which ``canonical`` still asks for
+about 30% of the time; real checkpoints do, and ``shuffled`` measures it."""
 COT_STYLES = ("full", "brief", "walk")
 """Gold reasoning styles: ``full``; ``brief`` (the same claims in about a third of the tokens); ``walk`` (brief,
 then the options in list order, each judged, stopping at the answer: "A. X-ray: no. B. CT: yes, so the answer is
@@ -160,13 +164,21 @@ detection keeps the brief ending, as judging "A. no abnormality: no" would negat
 
 def _options(rng: np.random.Generator, correct: str, classes: tuple[str, ...], letter: str,
              order: str = "shuffled") -> tuple[list[str], str]:
-    """Four options (``correct`` and three other classes, uniformly chosen) and the correct option's letter:
-    ``letter`` when ``order="shuffled"``; its place in class order when ``order="canonical"``."""
+    """Four options (``correct`` and three other classes) and the correct option's letter: ``letter`` when
+    ``order="shuffled"``, its place in class order when ``"canonical"``, its home letter when ``"slotted"`` (see
+    :data:`OPTION_ORDERS`). One permutation is drawn whatever the order, so the images and every later draw of a
+    record are the same in all three."""
     others = [c for c in classes if c != correct]
-    distractors = [others[i] for i in rng.permutation(len(others))[: N_OPTIONS - 1]]
+    drawn = [others[i] for i in rng.permutation(len(others))]
+    distractors = drawn[: N_OPTIONS - 1]
     if order == "canonical":
         options = sorted([correct, *distractors], key=classes.index)
         return options, LETTERS[options.index(correct)]
+    if order == "slotted":
+        home = {c: classes.index(c) % N_OPTIONS for c in classes}
+        options = [correct if s == home[correct] else next(c for c in drawn if home[c] == s)
+                   for s in range(N_OPTIONS)]
+        return options, LETTERS[home[correct]]
     slot = LETTERS.index(letter)
     return distractors[:slot] + [correct] + distractors[slot:], letter
 
@@ -401,11 +413,17 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int, cot_
     """The dataset card: what the data is, how it was made, and its counts per task/modality/letter/difficulty."""
     flags = "".join(f" --{flag} {value}" for flag, value, default in
                     (("cot-style", cot_style, "full"), ("option-order", option_order, "shuffled")) if value != default)
-    order = ("Correct classes, answer letters and difficulties follow\n  balanced shuffled schedules; distractors "
-             "are uniform over the other classes." if option_order == "shuffled" else
-             "Correct classes and difficulties follow balanced shuffled\n  schedules; distractors are uniform over "
-             "the other classes; options are listed in class order (`--option-order canonical`),\n  so the answer "
-             "letter follows from the class and the distractors shown.")
+    order = {
+        "shuffled": "Correct classes, answer letters and difficulties follow\n  balanced shuffled schedules; "
+                    "distractors are uniform over the other classes.",
+        "canonical": "Correct classes and difficulties follow balanced shuffled\n  schedules; distractors are uniform "
+                     "over the other classes; options are listed in class order (`--option-order canonical`),\n  so "
+                     "the answer letter follows from the class and the distractors shown.",
+        "slotted": "Correct classes and difficulties follow balanced shuffled\n  schedules; every class is listed at "
+                   "its home letter (its place in the class order, modulo 4; `--option-order slotted`)\n  and each "
+                   "other letter shows a class drawn uniformly from those at home there, so the answer letter\n  "
+                   "follows from the class alone.",
+    }[option_order]
     lines = [
         "# MedAD-Synth",
         "",
@@ -459,8 +477,8 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
         cot_style: ``"full"`` gold reasoning, ``"brief"`` (same claims, about a third of the tokens: the CPU
             demo uses it so that a tiny model's completions fit a small generation budget), or ``"walk"`` (see
             :data:`COT_STYLES`).
-        option_order: ``"shuffled"`` (the benchmark) or ``"canonical"`` (options in class order; see
-            :data:`OPTION_ORDERS`).
+        option_order: ``"shuffled"`` (the benchmark), ``"canonical"`` (options in class order) or ``"slotted"``
+            (each class at its home letter); see :data:`OPTION_ORDERS`.
 
     Raises:
         SynthError: bad counts, or ``out_dir`` exists and is not empty without ``overwrite``.
@@ -469,7 +487,7 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
     if cot_style not in COT_STYLES:
         raise SynthError(f"--cot-style must be one of {', '.join(COT_STYLES)}, not '{cot_style}'")
     if option_order not in OPTION_ORDERS:
-        raise SynthError(f"--option-order must be 'shuffled' or 'canonical', not '{option_order}'")
+        raise SynthError(f"--option-order must be one of {OPTION_ORDERS}, not '{option_order}'")
     if n_train < 1 or n_test < 1:
         raise SynthError(f"--n-train and --n-test must be >= 1 (got {n_train} and {n_test})")
     if out.exists() and not out.is_dir():
@@ -511,8 +529,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="gold reasoning: full, brief (same claims, fewer tokens; the CPU demo's choice), or "
                              "walk (brief, then the options judged in list order up to the answer)")
     parser.add_argument("--option-order", choices=list(OPTION_ORDERS), default="shuffled",
-                        help="shuffled (balanced answer letters; the benchmark) or canonical (options in class "
-                             "order, so no letter binding is needed; the CPU demo's choice)")
+                        help="shuffled (balanced answer letters; the benchmark), canonical (options in class "
+                             "order) or slotted (each class at its home letter, so the letter follows from the "
+                             "class alone; the CPU demo's choice)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
