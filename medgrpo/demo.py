@@ -18,15 +18,16 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO_RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
 METRICS = ("accuracy", "format_rate", "consistency", "reasoning_accuracy", "evidence", "grounding_iou",
            "grounding_acc50")
-METRICS_CHANGED = ("accuracy", "consistency", "reasoning_accuracy", "evidence", "grounding_iou")
-"""The overall changes the report gives with a paired 95% interval."""
-TITLES = {"accuracy": "accuracy", "format_rate": "format", "consistency": "consistency",
+METRICS_CHANGED = ("reward", "accuracy", "consistency", "reasoning_accuracy", "evidence", "grounding_iou")
+"""The overall changes the report gives with a paired 95% interval (``reward``: :func:`held_out_reward`)."""
+TITLES = {"reward": "reward", "accuracy": "accuracy", "format_rate": "format", "consistency": "consistency",
           "reasoning_accuracy": "reasoning acc.", "evidence": "evidence", "grounding_iou": "IoU",
           "grounding_acc50": "Acc@0.5"}
 
@@ -65,13 +66,32 @@ def _summary(metrics: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     return out
 
 
-def _change(sft_eval: Path, grpo_eval: Path) -> dict[str, dict[str, float | int]]:
-    """Overall ``{metric: {delta, ci_low, ci_high, n}}`` of Con-GRPO over SFT, paired item by item on the
-    held-out split: with a few hundred records a change of a few points can be noise, and the interval says so."""
+def held_out_reward(config: Any) -> Callable[[dict[str, float | None]], float | None]:
+    """The Con-GRPO config's own objective as a per-record metric: its weighted, shaped rewards
+    (:func:`medgrpo.rewards.total_reward`) on an evaluation row's scores, i.e. what training would have paid the
+    greedy completion (with the evidence and IoU as the evaluation scored them)."""
+    from medgrpo.rewards import total_reward
+    from medgrpo.train.con_grpo_trainer import reward_settings_from_config
+
+    settings = reward_settings_from_config(config)
+    return lambda scores: total_reward(scores, config.reward_funcs, config.reward_weights, settings)
+
+
+def _change(sft_eval: Path, grpo_eval: Path, reward: Callable) -> dict[str, dict[str, float | int]]:
+    """Overall ``{metric: {baseline, run, delta, ci_low, ci_high, n}}`` of Con-GRPO over SFT, paired item by item
+    on the held-out split: with a few hundred records a change of a few points can be noise, and the interval
+    says so."""
     from medgrpo.eval.report import paired_deltas
 
-    return {row["metric"]: {k: row[k] for k in ("delta", "ci_low", "ci_high", "n")}
-            for row in paired_deltas(sft_eval, grpo_eval) if row["metric"] in METRICS_CHANGED}
+    rows = paired_deltas(sft_eval, grpo_eval, extra={"reward": reward})
+    by_metric = {row["metric"]: row for row in rows}
+    return {m: {k: by_metric[m][k] for k in ("baseline", "run", "delta", "ci_low", "ci_high", "n")}
+            for m in METRICS_CHANGED if m in by_metric}
+
+
+def _points(value: float, metric: str) -> str:
+    """A change in percentage points, the reward (a weighted sum, not a rate) in its own units."""
+    return f"{value:+.3f}" if metric == "reward" else f"{100 * value:+.1f}"
 
 
 def _fmt(value: float | None) -> str:
@@ -91,6 +111,9 @@ def report_markdown(report: dict[str, Any]) -> str:
         f"seed {report['seed']}. Chance accuracy is 0.25 (4 options).",
         f"Mean training reward: first {report['grpo_reward_first']:.3f} -> last {report['grpo_reward_last']:.3f} "
         "(Con-GRPO, averaged over the first and last 20% of logged steps).",
+        *([f"Mean reward on the held-out split (the Con-GRPO recipe's weighted rewards on each greedy "
+           f"completion): SFT {report['change']['reward']['baseline']:.3f} -> Con-GRPO "
+           f"{report['change']['reward']['run']:.3f}."] if "reward" in report["change"] else []),
         "",
         header,
         "|" + "---|" * (1 + 2 * len(METRICS)),
@@ -100,11 +123,12 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     change = report["change"]
     if change:
-        cells = [f"{TITLES[m]} {100 * c['delta']:+.1f} [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]"
+        cells = [f"{TITLES[m]} {_points(c['delta'], m)} [{_points(c['ci_low'], m)}, {_points(c['ci_high'], m)}]"
                  for m, c in change.items()]
         n = max(c["n"] for c in change.values())
         lines += ["", f"Change after Con-GRPO, overall, in points with a paired bootstrap 95% interval over the "
-                  f"{n} held-out records (an interval that spans 0 is not a change beyond noise): "
+                  f"{n} held-out records (the reward in its own units; an interval that spans 0 is not a change "
+                  "beyond noise): "
                   + "; ".join(cells) + "."]
     lines += ["", "Timings (s): " + ", ".join(f"{k} {v}" for k, v in report["timings"].items()), ""]
     return "\n".join(lines)
@@ -181,10 +205,11 @@ def run_demo(
     _done(t, timings, "eval_sft")
 
     t = _step("stage 2: Con-GRPO")
+    argv = _stage_args(recipes / "con_grpo.yaml", {**common, "model_name_or_path": paths["sft"],
+                                                   "output_dir": paths["con_grpo"], **(grpo_overrides or {})})
+    grpo_args = parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "medgrpo demo")
     if not (paths["con_grpo"] / "medgrpo_run.json").is_file():
-        argv = _stage_args(recipes / "con_grpo.yaml", {**common, "model_name_or_path": paths["sft"],
-                                                       "output_dir": paths["con_grpo"], **(grpo_overrides or {})})
-        train_con_grpo(*parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "medgrpo demo"))
+        train_con_grpo(*grpo_args)
     _done(t, timings, "con_grpo")
 
     t = _step("evaluate the Con-GRPO model on the held-out split")
@@ -201,7 +226,7 @@ def run_demo(
         "arch": arch, "seed": seed, "n_train": n_train, "n_test": n_test, "option_order": option_order,
         "cot_style": cot_style,
         "after_sft": _summary(sft_metrics), "after_con_grpo": _summary(grpo_metrics),
-        "change": _change(paths["eval_sft"], paths["eval_con_grpo"]),
+        "change": _change(paths["eval_sft"], paths["eval_con_grpo"], held_out_reward(grpo_args[1])),
         "grpo_reward_first": first, "grpo_reward_last": last,
         "timings": timings, "total_seconds": round(sum(timings.values()), 1),
         "paths": {k: str(v) for k, v in paths.items()},

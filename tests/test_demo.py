@@ -2,8 +2,12 @@
 
 import json
 
-from medgrpo.demo import METRICS, report_markdown, run_demo
+import yaml
+
+from medgrpo.demo import METRICS, REPO_RECIPES, report_markdown, run_demo
+from medgrpo.eval.predictions import read_predictions
 from medgrpo.models.loading import load_model
+from medgrpo.rewards import RewardSettings, total_reward
 
 
 def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
@@ -26,6 +30,18 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
         delta = saved["after_con_grpo"]["overall"][metric] - saved["after_sft"]["overall"][metric]
         assert abs(saved["change"][metric]["delta"] - delta) < 1e-9 and saved["change"][metric]["n"] == 10
     assert "paired bootstrap 95% interval" in (out / "demo_report.md").read_text()
+    # The held-out reward is the recipe's objective on each greedy completion, re-derived here from the rows.
+    recipe = yaml.safe_load((REPO_RECIPES / "con_grpo.yaml").read_text())
+    names, weights = recipe["reward_funcs"], recipe["reward_weights"]
+    shaping = RewardSettings(gate_on_correct=recipe["gate_on_correct"],
+                             zero_on_format_failure=recipe["zero_on_format_failure"])
+    for stage, key in (("eval_sft", "baseline"), ("eval_con_grpo", "run")):
+        rewards = [total_reward(r["scores"], names, weights, shaping)
+                   for r in read_predictions(out / stage / "predictions.jsonl")]
+        assert abs(saved["change"]["reward"][key] - sum(rewards) / len(rewards)) < 1e-9
+    reward = saved["change"]["reward"]
+    assert abs(reward["delta"] - (reward["run"] - reward["baseline"])) < 1e-9 and reward["n"] == 10
+    assert f"SFT {reward['baseline']:.3f} -> Con-GRPO {reward['run']:.3f}" in (out / "demo_report.md").read_text()
     assert (out / "eval_sft" / "metrics.json").is_file() and (out / "eval_con_grpo" / "metrics.json").is_file()
     assert (out / "export" / "README.md").is_file()
     card = (out / "data" / "README.md").read_text()
@@ -38,7 +54,7 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
 
 
 def test_demo_overrides_reach_the_recipe_parser_lists_included(tmp_path):
-    from medgrpo.demo import REPO_RECIPES, _stage_args
+    from medgrpo.demo import _stage_args
     from medgrpo.train.args import DataArguments, MedModelConfig
     from medgrpo.train.con_grpo_config import ConGRPOConfig
     from medgrpo.train.run import parse_args

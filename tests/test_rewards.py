@@ -16,6 +16,7 @@ from medgrpo.rewards import (
     choice_of,
     parse_completion,
     records_from_columns,
+    total_reward,
     verify,
 )
 
@@ -647,6 +648,31 @@ def test_reward_functions_share_a_batch_only_when_texts_columns_and_settings_mat
     other = texts[::-1]  # the same column objects with other completions
     expected = [verify(t, r, ABS)["evidence"] for t, r in zip(other, records[::-1], strict=True)]
     assert plain[3](prompts=None, completions=other, **swapped) == expected
+
+
+def test_total_reward_of_an_unshaped_evaluation_is_what_training_pays():
+    """A held-out split scored with the default settings, then shaped and weighted afterwards
+    (:func:`total_reward`), gets the reward the training functions pay the same completions under a recipe's
+    shaping and weights; a completion outside the grammar earns nothing but its format weight."""
+    records = [r for r, _ in HONEST.values()]
+    frames = [ABS] * len(records)
+    texts = [c for _, c in HONEST.values()]
+    texts[1] = done("No lesion; the answer is C.", "C")  # consistent with itself, wrong
+    texts[2] = "the answer is A"  # no grammar
+    cols = columns_of(records, frames)
+    names, weights = list(REWARDS), [0.5, 1.0, 1.0, 0.5, 0.25]
+    for settings in (RewardSettings(gate_on_correct=True, zero_on_format_failure=True), RewardSettings()):
+        paid = [func(prompts=None, completions=texts, **cols) for func in build_reward_funcs(names, settings)]
+        for i, (text, record) in enumerate(zip(texts, records, strict=True)):
+            per_func = [p[i] for p in paid]
+            expected = sum(w * v for w, v in zip(weights, per_func, strict=True) if v is not None)
+            got = total_reward(verify(text, record, ABS), names, weights, settings)
+            assert got == pytest.approx(expected), (i, settings)
+    shaped = RewardSettings(zero_on_format_failure=True)
+    assert total_reward(verify(texts[2], records[2], ABS), names, weights, shaped) == 0.0
+    assert total_reward(verify(texts[0], records[0], ABS), ["grounding"], None, shaped) is not None
+    no_box = rec("anatomy_identification", ["chest", "knee", "brain", "abdomen"], "A", bbox=())
+    assert total_reward(verify(done("A chest.", "A"), no_box), ["grounding"], None, shaped) is None
 
 
 def test_sentence_splitting_matches_its_definition():

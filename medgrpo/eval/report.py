@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,21 +178,29 @@ def write_report(metrics: dict[str, Any], out: str | Path) -> None:
     write_atomic(out / "report.md", render_markdown(metrics, plots))
 
 
-def _scored(run_dir: Path) -> dict[tuple[str, str], dict[str, float | None]]:
+Extra = dict[str, Callable[[dict[str, Any]], float | None]]
+"""Further per-row metrics for :func:`paired_deltas`: name -> a function of a prediction row's ``scores``."""
+
+
+def _scored(run_dir: Path, extra: Extra) -> dict[tuple[str, str], dict[str, float | None]]:
     if not (run_dir / "metrics.json").is_file() or not (run_dir / PREDICTIONS).is_file():
         raise EvalError(f"{run_dir}: not an evaluation folder (no metrics.json / {PREDICTIONS}); run medgrpo eval first")
-    return {(r["dataset"], r["id"]): row_metrics(r) for r in read_predictions(run_dir / PREDICTIONS)}
+    return {(r["dataset"], r["id"]): {**row_metrics(r), **{m: f(r["scores"]) for m, f in extra.items()}}
+            for r in read_predictions(run_dir / PREDICTIONS)}
 
 
-def paired_deltas(base_dir: str | Path, run_dir: str | Path, n_boot: int = 1000) -> list[dict[str, Any]]:
-    """Per dataset and headline metric, ``{"dataset", "metric", "baseline", "run", "delta", "ci_low",
-    "ci_high", "n"}``: the run's change over the baseline on the records both scored (matched by dataset and
-    id), with a paired percentile-bootstrap 95% interval, so the two are compared item by item."""
-    base, rows = _scored(Path(base_dir)), _scored(Path(run_dir))
+def paired_deltas(base_dir: str | Path, run_dir: str | Path, n_boot: int = 1000,
+                  extra: Extra | None = None) -> list[dict[str, Any]]:
+    """Per dataset and headline metric (and each ``extra`` one, e.g. a recipe's total reward), ``{"dataset",
+    "metric", "baseline", "run", "delta", "ci_low", "ci_high", "n"}``: the run's change over the baseline on the
+    records both scored (matched by dataset and id), with a paired percentile-bootstrap 95% interval, so the two
+    are compared item by item."""
+    extra = extra or {}
+    base, rows = _scored(Path(base_dir), extra), _scored(Path(run_dir), extra)
     out = []
     for ds in sorted({k[0] for k in rows} & {k[0] for k in base}):
         keys = sorted(k for k in rows.keys() & base.keys() if k[0] == ds)
-        for m in HEADLINE:
+        for m in (*HEADLINE, *extra):
             pairs = [(base[k][m], rows[k][m]) for k in keys if base[k][m] is not None and rows[k][m] is not None]
             if not pairs:
                 continue
@@ -207,7 +216,7 @@ def compare(run_dirs: list[str | Path], n_boot: int = 1000) -> str:
     (:func:`paired_deltas`)."""
 
     base_dir = Path(run_dirs[0])
-    _scored(base_dir)  # a wrong baseline folder fails first, even when it is the only one
+    _scored(base_dir, {})  # a wrong baseline folder fails first, even when it is the only one
     lines = [f"baseline: {base_dir}"]
     for d in map(Path, run_dirs[1:]):
         lines += ["", f"{d} vs {base_dir} (delta = run - baseline, percentage points, paired 95% CI)",

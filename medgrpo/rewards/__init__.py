@@ -9,7 +9,7 @@ from medgrpo.rewards.columns import records_from_columns
 from medgrpo.rewards.parsing import ParsedCompletion, choice_of, completion_text, parse_completion
 from medgrpo.rewards.registry import REWARD_NAMES, REWARDS, RewardFunction, build_reward_funcs
 from medgrpo.rewards.settings import CRITERIA, JudgeSettings, RewardSettings, RewardSettingsError
-from medgrpo.rewards.verify import KEYS, verify, verify_batch
+from medgrpo.rewards.verify import KEYS, shape, total_reward, verify, verify_batch
 
 __all__ = [
     "CRITERIA",
@@ -26,6 +26,8 @@ __all__ = [
     "completion_text",
     "parse_completion",
     "records_from_columns",
+    "shape",
+    "total_reward",
     "verify",
     "verify_batch",
 ]

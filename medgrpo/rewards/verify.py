@@ -64,6 +64,16 @@ def assemble(
     if judged is not None:
         criteria = tuple(map(judged.get, CRITERIA))
     evidence = combine(criteria, settings.evidence_weights)
+    return shape(dict(zip(KEYS, (fmt, acc, cons, evidence, *criteria, ground, reasoned), strict=True)), settings)
+
+
+def shape(scores: dict[str, float | None], settings: RewardSettings) -> dict[str, float | None]:
+    """``scores`` (a :func:`verify` result) with ``settings``' shaping applied: ``gate_on_correct`` multiplies
+    consistency and evidence by accuracy, ``zero_on_format_failure`` zeroes every reward of a completion outside
+    the grammar. The criteria and ``reasoning_accuracy`` are never shaped. An evaluation scored without
+    shaping (the default settings) can so be shaped afterwards as a training run would have paid it."""
+    fmt, acc, cons, evidence, ground = (scores[k] for k in ("format", "accuracy", "consistency", "evidence",
+                                                             "grounding"))
     if settings.gate_on_correct:
         cons *= acc
         evidence = None if evidence is None else evidence * acc
@@ -71,7 +81,22 @@ def assemble(
         acc = cons = 0.0
         evidence = None if evidence is None else 0.0
         ground = None if ground is None else 0.0
-    return dict(zip(KEYS, (fmt, acc, cons, evidence, *criteria, ground, reasoned), strict=True))
+    return {**scores, "accuracy": acc, "consistency": cons, "evidence": evidence, "grounding": ground}
+
+
+def total_reward(
+    scores: dict[str, float | None],
+    reward_funcs: list[str] | tuple[str, ...],
+    reward_weights: list[float] | tuple[float, ...] | None,
+    settings: RewardSettings,
+) -> float | None:
+    """The reward a Con-GRPO run pays a completion: ``sum_k w_k r_k`` over the run's ``reward_funcs`` after its
+    shaping (:func:`shape`), skipping the rewards that do not apply (TRL's NaN); None when none applies. Used to
+    score a held-out split with the training objective itself."""
+    weights = reward_weights if reward_weights is not None else [1.0] * len(reward_funcs)
+    shaped = shape(scores, settings)
+    terms = [w * shaped[name] for name, w in zip(reward_funcs, weights, strict=True) if shaped[name] is not None]
+    return sum(terms) if terms else None
 
 
 def verify(
