@@ -8,7 +8,8 @@ The one demo-specific choice is in the data: MedAD-Synth with brief reasoning an
 (options listed in class order). A 1.5M-parameter model trained for minutes does not learn to bind a conclusion to
 a shuffled option letter (measured: held-out accuracy stayed at chance after 900 SFT steps); real checkpoints do.
 A finished step is reused when the demo is run again into the same folder (``--overwrite`` starts afresh).
-Writes ``DIR/demo_report.json`` and ``DIR/demo_report.md``.
+Writes ``DIR/demo_report.json`` and ``DIR/demo_report.md``: the tables, and each overall change with a paired
+95% interval, the held-out mean reward (:func:`held_out_reward`, the recipe's objective) first.
 """
 
 from __future__ import annotations
