@@ -37,7 +37,7 @@ KEY_SETTINGS = (
 )
 MODEL_SETTINGS = ("dtype", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
                   "freeze_vision_tower")
-DATA_SETTINGS = ("train_split", "max_train_samples", "min_pixels", "max_pixels", "dicom_window")
+DATA_SETTINGS = ("train_split", "tasks", "max_train_samples", "min_pixels", "max_pixels", "dicom_window")
 # Never in a card: credentials, and where the run happened to write on the training machine.
 _SECRET_RE = re.compile(r"token|secret|password|api_key|credential", re.IGNORECASE)
 _DROPPED = {"output_dir", "logging_dir", "cache_dir", "hub_model_id", "resume_from_checkpoint"}

@@ -19,7 +19,7 @@ from medgrpo.models.loading import load_model, load_processor
 from medgrpo.train.args import DataArguments, MedModelConfig
 from medgrpo.train.con_grpo import train_con_grpo
 from medgrpo.train.con_grpo_config import ConGRPOConfig
-from medgrpo.train.run import parse_args
+from medgrpo.train.run import load_training_records, parse_args
 from medgrpo.train.sft import train_sft
 from medgrpo.train.sft_config import MedSFTConfig
 
@@ -132,6 +132,7 @@ def _write_yaml(path: Path, **over) -> Path:
         ({"model_name_or_path": "no/such/model/here"}, "does not exist"),
         ({"dataset_path": "/no/such/dataset"}, "no such dataset"),
         ({"dicom_window": "sideways"}, "window"),
+        ({"tasks": ["anatomy"]}, "tasks: unknown task 'anatomy'"),
     ],
 )
 def test_config_errors_are_one_line_before_any_model_loads(tiny_model_dirs, synth_dir, tmp_path, capsys,
@@ -145,6 +146,21 @@ def test_config_errors_are_one_line_before_any_model_loads(tiny_model_dirs, synt
     lines = [line for line in err.splitlines() if line.startswith("medgrpo:")]
     assert len(lines) == 1 and message in lines[0], err[-2000:]
     assert "Loading weights" not in err and not (tmp_path / "out").exists()
+
+
+def test_tasks_keep_only_those_families_from_the_cli_and_yaml(tiny_model_dirs, synth_dir, tmp_path):
+    keep = ["anatomy_identification", "modality_classification"]
+    every = load_records(synth_dir, split="train")
+    data_args = parse_args(GRPO_TYPES, grpo_argv(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path / "o",
+                                                  "--max_train_samples", "100000", "--tasks", *keep), "t")[0]
+    assert data_args.tasks == keep
+    records = load_training_records(data_args)
+    assert {r.task for r in records} == set(keep)
+    assert [r.id for r in records] == [r.id for r in every if r.task in keep]
+    recipe = _write_yaml(tmp_path / "r.yaml", model_name_or_path=str(tiny_model_dirs["qwen2_5_vl"]),
+                         dataset_path=str(synth_dir), tasks=keep[:1], max_train_samples=3)
+    data_args = parse_args(GRPO_TYPES, ["--config", str(recipe), "--output_dir", str(tmp_path / "o")], "t")[0]
+    assert [r.task for r in load_training_records(data_args)] == keep[:1] * 3  # tasks first, then the cap
 
 
 def test_cli_error_exit_code_without_traceback(tmp_path):

@@ -127,6 +127,12 @@ def load_training_records(data_args: DataArguments) -> list[MedADRecord]:
     )
     if report.skipped:
         print(f"medgrpo: skipped {len(report.skipped)} bad record(s); first: {report.skipped[0]}", file=sys.stderr)
+    if data_args.tasks:
+        kept = [r for r in records if r.task in data_args.tasks]
+        print(f"medgrpo: training on {len(kept)} of {len(records)} records (tasks: {', '.join(data_args.tasks)})")
+        if records and not kept:
+            raise RecordError(f"{data_args.dataset_path}: no training records of tasks {', '.join(data_args.tasks)}")
+        records = kept
     if data_args.max_train_samples is not None:
         records = records[: data_args.max_train_samples]
     if not records:
