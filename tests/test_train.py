@@ -13,7 +13,7 @@ import pytest
 import yaml
 from transformers import AutoModelForImageTextToText
 
-from medgrpo.data import load_records, write_records
+from medgrpo.data import RecordError, load_records, write_records
 from medgrpo.data.dicom import write_dicom
 from medgrpo.models.loading import load_model, load_processor
 from medgrpo.train.args import DataArguments, MedModelConfig
@@ -161,6 +161,12 @@ def test_tasks_keep_only_those_families_from_the_cli_and_yaml(tiny_model_dirs, s
                          dataset_path=str(synth_dir), tasks=keep[:1], max_train_samples=3)
     data_args = parse_args(GRPO_TYPES, ["--config", str(recipe), "--output_dir", str(tmp_path / "o")], "t")[0]
     assert [r.task for r in load_training_records(data_args)] == keep[:1] * 3  # tasks first, then the cap
+
+    only_anatomy = tmp_path / "anatomy.jsonl"  # a JSONL beside the synth images, with one family in it
+    write_records([r for r in every if r.task == keep[0]], only_anatomy)
+    shutil.copytree(synth_dir / "images", tmp_path / "images")
+    with pytest.raises(RecordError, match="no training records of tasks modality_classification"):
+        load_training_records(DataArguments(dataset_path=str(only_anatomy), tasks=keep[1:]))
 
 
 def test_cli_error_exit_code_without_traceback(tmp_path):
