@@ -556,6 +556,22 @@ def test_reward_functions_match_verify_and_log_the_five_criteria():
         assert logged[key] == pytest.approx(sum(e[key] for e in expected) / len(expected))
 
 
+def test_a_reward_paid_on_some_task_families_is_none_on_the_others():
+    records = [r for r, _ in HONEST.values()]
+    assert len({r.task for r in records}) > 1
+    kept = records[0].task
+    completions = [build_target(r, ABS) for r in records]
+    cols = columns_of(records, [ABS] * len(records))
+    accuracy, consistency = build_reward_funcs(["accuracy", "consistency"], tasks={"accuracy": [kept]})
+    assert consistency.tasks is None
+    full = REWARDS["accuracy"](prompts=None, completions=completions, **cols)
+    masked = accuracy(prompts=None, completions=completions, **cols)
+    assert masked == [v if r.task == kept else None for v, r in zip(full, records, strict=True)]
+    assert any(v is None for v in masked) and any(v is not None for v in masked)
+    assert consistency(prompts=None, completions=completions, **cols) == REWARDS["consistency"](
+        prompts=None, completions=completions, **cols)
+
+
 def test_records_from_columns_round_trip_and_bad_columns_never_raise():
     records = [r for r, _ in HONEST.values()]
     rows = records_from_columns(columns_of(records, [REL] * len(records)))

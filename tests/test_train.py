@@ -133,6 +133,8 @@ def _write_yaml(path: Path, **over) -> Path:
         ({"dataset_path": "/no/such/dataset"}, "no such dataset"),
         ({"dicom_window": "sideways"}, "window"),
         ({"tasks": ["anatomy"]}, "tasks: unknown task 'anatomy'"),
+        ({"accuracy_tasks": ["anatomy"]}, "accuracy_tasks: unknown task 'anatomy'"),
+        ({"accuracy_tasks": ["anatomy_identification"], "hadw": True}, "hadw reads the accuracy reward"),
     ],
 )
 def test_config_errors_are_one_line_before_any_model_loads(tiny_model_dirs, synth_dir, tmp_path, capsys,
@@ -167,6 +169,23 @@ def test_tasks_keep_only_those_families_from_the_cli_and_yaml(tiny_model_dirs, s
     shutil.copytree(synth_dir / "images", tmp_path / "images")
     with pytest.raises(RecordError, match="no training records of tasks modality_classification"):
         load_training_records(DataArguments(dataset_path=str(only_anatomy), tasks=keep[1:]))
+
+
+def test_accuracy_tasks_pay_accuracy_on_those_families_only(tiny_model_dirs, synth_dir, tmp_path):
+    """A real Con-GRPO run: the accuracy reward is logged per family only where it is paid; the other rewards
+    are paid on every family."""
+    records = load_records(synth_dir, split="train")[:16]
+    families = sorted({r.task for r in records})
+    assert len(families) > 1
+    paid = families[0]
+    out = train_con_grpo(*parse_args(GRPO_TYPES, grpo_argv(
+        tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path / "grpo", "--max_train_samples", "16",
+        "--max_steps", "4", "--accuracy_tasks", paid), "t"))
+    keys = log_keys(out)
+    seen = {k.split("/")[1] for k in keys if k.startswith("tasks/") and k.endswith("/format")}
+    assert len(seen) > 1
+    assert {k.split("/")[1] for k in keys if k.startswith("tasks/") and k.endswith("/accuracy")} <= {paid}
+    assert all(f"tasks/{task}/consistency" in keys for task in seen)
 
 
 def test_cli_error_exit_code_without_traceback(tmp_path):

@@ -24,13 +24,19 @@ REWARD_NAMES: tuple[str, ...] = ("format", "accuracy", "consistency", "evidence"
 
 
 class RewardFunction:
-    """One named reward for TRL's ``reward_funcs`` (a picklable callable; ``__name__`` is the reward name)."""
+    """One named reward for TRL's ``reward_funcs`` (a picklable callable; ``__name__`` is the reward name).
 
-    def __init__(self, name: str, settings: RewardSettings | None = None) -> None:
+    ``tasks``: the task families it is paid on; on a record of another family it returns None ("not applicable",
+    which TRL leaves out of the weighted sum). None pays it on every family.
+    """
+
+    def __init__(self, name: str, settings: RewardSettings | None = None,
+                 tasks: list[str] | tuple[str, ...] | None = None) -> None:
         if name not in REWARD_NAMES:
             raise ValueError(f"unknown reward '{name}' (available: {', '.join(REWARD_NAMES)})")
         self.__name__ = name
         self.settings = settings or DEFAULT_SETTINGS
+        self.tasks = None if tasks is None else frozenset(tasks)
         self._warned = False
 
     def __repr__(self) -> str:
@@ -53,6 +59,8 @@ class RewardFunction:
             logger.error("reward '%s' failed on a completion; scoring it 0", name, exc_info=error)
             self._warned = True
         out = _values(results, name)
+        if self.tasks is not None:
+            out = [v if record.task in self.tasks else None for v, (record, _, _) in zip(out, rows, strict=True)]
         log_metric = columns.get("log_metric")
         if name == "accuracy" and callable(log_metric):  # beside accuracy: does the reasoning point to the gold?
             _log_mean(log_metric, results, "reasoning_accuracy")
@@ -116,13 +124,15 @@ def _values(results: Results, name: str) -> list[float | None]:
     return [v if v is None or isfinite(v) else 0.0 for v in values]
 
 
-def build_reward_funcs(names: list[str] | tuple[str, ...], settings: RewardSettings | None = None) -> list:
-    """The TRL reward functions for ``names`` (e.g. a recipe's ``reward_funcs``), sharing one settings object.
+def build_reward_funcs(names: list[str] | tuple[str, ...], settings: RewardSettings | None = None,
+                       tasks: dict[str, list[str]] | None = None) -> list:
+    """The TRL reward functions for ``names`` (e.g. a recipe's ``reward_funcs``), sharing one settings object;
+    ``tasks`` maps a reward name to the task families it is paid on (``RewardFunction``'s ``tasks``).
 
     Raises:
         ValueError: an unknown name (the message lists the available ones).
     """
-    return [RewardFunction(name, settings) for name in names]
+    return [RewardFunction(name, settings, (tasks or {}).get(name)) for name in names]
 
 
 REWARDS: dict[str, RewardFunction] = {name: RewardFunction(name) for name in REWARD_NAMES}

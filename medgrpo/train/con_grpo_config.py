@@ -38,6 +38,14 @@ class ConGRPOConfig(GRPOConfig):
         grounding_metric (`str`, defaults to `"iou"`):
             ``iou``, or ``giou`` rescaled to [0, 1] so that a box that misses the lesion still gets a gradient
             towards it.
+        accuracy_tasks (`list[str]` or `None`, defaults to `None`):
+            Task families whose completions are paid the ``accuracy`` reward; on the others it is None ("not
+            applicable", as ``grounding`` on a record without a box), so they still earn the format, consistency,
+            evidence and grounding rewards. None pays it everywhere. For a policy at chance on some families (the
+            tiny demo model cannot see lesions) a 0/1 reward there is noise that drifts their answers to a letter
+            prior; training only the other families (``tasks``) instead leaves their reasoning free to drift from
+            their answer (eval/results/demo-report.md, experiments 16 and 17). Group edits (golden injection,
+            ...) still judge correctness on every family.
         judge_model (`str` or `None`, defaults to `None`):
             For ``evidence_backend="judge"``: a local model folder (transformers), or the model name served at
             ``judge_base_url``.
@@ -144,6 +152,9 @@ class ConGRPOConfig(GRPOConfig):
         default=True, metadata={"help": "All rewards but format are 0 when the grammar breaks."}
     )
     grounding_metric: str = field(default="iou", metadata={"help": "iou or giou (rescaled to [0, 1])."})
+    accuracy_tasks: list[str] | None = field(
+        default=None, metadata={"help": "Task families paid the accuracy reward (None: all)."}
+    )
     judge_model: str | None = field(default=None, metadata={"help": "Judge model (local folder or served name)."})
     judge_base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible judge endpoint."})
     judge_api_key_env: str | None = field(default=None, metadata={"help": "Env var holding the judge's token."})
@@ -202,6 +213,13 @@ class ConGRPOConfig(GRPOConfig):
             raise ValueError(f"evidence_backend must be 'rule' or 'judge', not '{self.evidence_backend}'")
         if self.grounding_metric not in ("iou", "giou"):
             raise ValueError(f"grounding_metric must be 'iou' or 'giou', not '{self.grounding_metric}'")
+        from medgrpo.data.record import TASKS
+
+        unknown = [t for t in self.accuracy_tasks or () if t not in TASKS]
+        if unknown:
+            raise ValueError(f"accuracy_tasks: unknown task '{unknown[0]}' (one of: {', '.join(TASKS)})")
+        if self.accuracy_tasks is not None and "accuracy" not in self.reward_funcs:
+            raise ValueError("accuracy_tasks needs the 'accuracy' reward in reward_funcs")
         if self.evidence_backend == "judge" and not self.judge_model:
             raise ValueError("evidence_backend='judge' needs judge_model (a local folder or a served model name)")
         self._check_variants()
@@ -242,6 +260,11 @@ class ConGRPOConfig(GRPOConfig):
             ("skip_zero_variance", self.skip_zero_variance), ("care_bonus", self.care_bonus > 0)) if on]
         if needs_accuracy and "accuracy" not in self.reward_funcs:
             raise ValueError(f"{needs_accuracy[0]} needs the 'accuracy' reward in reward_funcs")
+        reads_accuracy = [name for name in needs_accuracy
+                          if name in ("advantage_estimator", "hadw", "drpo_scaling", "care_bonus")]
+        if reads_accuracy and self.accuracy_tasks is not None:
+            # these read the accuracy column of the rewards, which accuracy_tasks leaves None on some rows
+            raise ValueError(f"{reads_accuracy[0]} reads the accuracy reward of every completion: drop accuracy_tasks")
         if self.hadw_window < 2:
             raise ValueError(f"hadw_window must be at least 2, got {self.hadw_window}")
         if min(self.gold_seed_steps, self.dynamic_sampling_tries, self.reuse_per_prompt - 1) < 0:

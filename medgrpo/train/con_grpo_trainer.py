@@ -78,7 +78,11 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
         if reward_funcs is None:
             from medgrpo.rewards import build_reward_funcs
 
-            reward_funcs = build_reward_funcs(args.reward_funcs, reward_settings_from_config(args))
+            tasks = {"accuracy": args.accuracy_tasks} if args.accuracy_tasks is not None else None
+            reward_funcs = build_reward_funcs(args.reward_funcs, reward_settings_from_config(args), tasks)
+        elif args.accuracy_tasks is not None:
+            raise ValueError("accuracy_tasks applies to medgrpo's own rewards: leave reward_funcs unset, or pass "
+                             "RewardFunction('accuracy', settings, tasks=[...])")
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self._init_variants(args)
 
