@@ -70,7 +70,8 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
     Args:
         model: a model or a model path (as for ``GRPOTrainer``).
         args: the :class:`ConGRPOConfig`.
-        reward_funcs: reward functions; default: ``build_reward_funcs(args.reward_funcs, settings)``.
+        reward_funcs: reward functions; default: ``build_reward_funcs(args.reward_funcs, settings)``, the accuracy
+            reward paid on ``args.accuracy_tasks`` only when that is set.
         **kwargs: passed on to ``GRPOTrainer`` (``train_dataset``, ``processing_class``, ``peft_config``, ...).
     """
 
