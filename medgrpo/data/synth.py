@@ -152,7 +152,10 @@ OPTION_ORDERS = ("shuffled", "canonical", "slotted")
 options are listed in the task's class order, so the letter is a function of the image's class and of which
 distractors are shown. ``slotted``: every class has a home letter (its place in the class order, modulo four) and
 is always listed there; the other three letters each show a class drawn uniformly from those at home on that
-letter, so the letter is a function of the image's class alone. The CPU demo's tiny model does not learn in
+letter, so the letter is a function of the image's class alone. The answer letters still follow a balanced schedule
+(the class is drawn among those at home on the scheduled letter), so no letter is worth more than chance to a model
+that does not perceive the class: with classes balanced instead, pathology's five kinds at A, B, C, D, A would make
+"always A" score 0.40. The CPU demo's tiny model does not learn in
 minutes to look a letter up in the option list (eval/results/demo-report.md), which ``canonical`` still asks for
 about 30% of the time; real checkpoints do, and ``shuffled`` measures it."""
 COT_STYLES = ("full", "brief", "walk")
@@ -360,17 +363,27 @@ def _evidence(scene: Scene, quadrants: list[str], size: str | None) -> dict[str,
     }
 
 
+def _home_classes(rng: np.random.Generator, classes: tuple[str, ...], letters: list[str]) -> list[str]:
+    """Slotted options: the correct class of each record, drawn in a balanced schedule from the classes at home
+    on its scheduled letter, so the letters stay balanced whatever the number of classes."""
+    homes = {letter: _schedule(rng, classes[LETTERS.index(letter)::N_OPTIONS], letters.count(letter))
+             for letter in sorted(set(letters))}
+    return [homes[letter].pop() for letter in letters]
+
+
 def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "full",
                 option_order: str = "shuffled") -> list[MedADRecord]:
     """``n`` records of one split, images written to ``root/images``; tasks, answer classes, answer letters
-    (shuffled order) and difficulties each follow their own balanced schedule so that every count is equal to
-    within one."""
+    and difficulties each follow their own balanced schedule so that every count is equal to within one (under
+    slotted options the classes follow the letters instead, see :data:`OPTION_ORDERS`)."""
     plan = np.random.default_rng([seed, _SPLIT_STREAM[split], 2**31])
     tasks = _schedule(plan, TASK_FAMILIES, n)
     by_task = Counter(tasks)
     targets = {t: _schedule(plan, _CLASSES[t], by_task[t]) for t in TASK_FAMILIES}
     letters = {t: _schedule(plan, LETTERS[:N_OPTIONS], by_task[t]) for t in TASK_FAMILIES}
     levels = {t: _schedule(plan, tuple(DIFFICULTIES), by_task[t]) for t in TASK_FAMILIES}
+    if option_order == "slotted":
+        targets = {t: _home_classes(plan, _CLASSES[t], letters[t]) for t in TASK_FAMILIES}
     seen: Counter[str] = Counter()
     records = []
     for index, task in enumerate(tasks):
@@ -419,10 +432,11 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int, cot_
         "canonical": "Correct classes and difficulties follow balanced shuffled\n  schedules; distractors are uniform "
                      "over the other classes; options are listed in class order (`--option-order canonical`),\n  so "
                      "the answer letter follows from the class and the distractors shown.",
-        "slotted": "Correct classes and difficulties follow balanced shuffled\n  schedules; every class is listed at "
+        "slotted": "Answer letters and difficulties follow balanced shuffled\n  schedules; every class is listed at "
                    "its home letter (its place in the class order, modulo 4; `--option-order slotted`)\n  and each "
                    "other letter shows a class drawn uniformly from those at home there, so the answer letter\n  "
-                   "follows from the class alone.",
+                   "follows from the class alone; the correct class is drawn, balanced, among those at home on the "
+                   "record's letter\n  (classes that share a letter are rarer than those that have one alone).",
     }[option_order]
     lines = [
         "# MedAD-Synth",
