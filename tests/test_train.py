@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import datasets
@@ -169,6 +170,25 @@ def test_tasks_keep_only_those_families_from_the_cli_and_yaml(tiny_model_dirs, s
     shutil.copytree(synth_dir / "images", tmp_path / "images")
     with pytest.raises(RecordError, match="no training records of tasks modality_classification"):
         load_training_records(DataArguments(dataset_path=str(only_anatomy), tasks=keep[1:]))
+
+
+def test_oversample_tasks_repeat_those_families_records(tiny_model_dirs, synth_dir, tmp_path, capsys):
+    every = load_records(synth_dir, split="train")
+    paid = ["anatomy_identification", "modality_classification"]
+    data_args = parse_args(GRPO_TYPES, grpo_argv(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path / "o",
+                                                  "--max_train_samples", "100000", "--oversample_tasks", *paid,
+                                                  "--oversample_factor", "3"), "t")[0]
+    records = load_training_records(data_args)
+    counts = Counter(r.id for r in records)
+    assert set(counts) == {r.id for r in every}
+    assert all(counts[r.id] == (3 if r.task in paid else 1) for r in every)
+    n_paid = sum(r.task in paid for r in every)
+    assert f"{2 * n_paid} repeats" in capsys.readouterr().out
+    for bad, message in ((["--oversample_tasks", "anatomy"], "oversample_tasks: unknown task 'anatomy'"),
+                         (["--tasks", paid[0], "--oversample_tasks", paid[1]], "not in tasks"),
+                         (["--oversample_tasks", paid[0], "--oversample_factor", "0"], "at least 1")):
+        with pytest.raises(ValueError, match=message):
+            parse_args(GRPO_TYPES, grpo_argv(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path / "o", *bad), "t")
 
 
 def test_accuracy_tasks_pay_accuracy_on_those_families_only(tiny_model_dirs, synth_dir, tmp_path):

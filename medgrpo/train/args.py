@@ -31,6 +31,14 @@ class DataArguments:
             constant answer (demo report, experiments 15-16); this leaves such families out of a stage.
         max_train_samples (`int` or `None`, defaults to `None`):
             Keep only the first N records (quick experiments, applied after ``tasks``); None keeps all.
+        oversample_tasks (`list[str]` or `None`, defaults to `None`):
+            Repeat the training records of these families ``oversample_factor`` times (after ``tasks`` and
+            ``max_train_samples``), so each gets that many times its share of the updates. With Con-GRPO's
+            ``accuracy_tasks`` the families whose accuracy is paid then get most of the updates that training on them
+            alone would give, while the others still train format, consistency and evidence (demo report,
+            experiment 19); None repeats nothing.
+        oversample_factor (`int`, defaults to `2`):
+            How many times each record of ``oversample_tasks`` is listed (1 leaves the data as it is).
         on_bad_record (`str`, defaults to `"error"`):
             ``error`` stops before training on the first bad row, naming it; ``skip`` drops bad rows (invalid fields,
             unreadable images) and reports their count and ids.
@@ -56,6 +64,10 @@ class DataArguments:
     train_split: str = field(default="train", metadata={"help": "Split (<split>.jsonl) to train on."})
     tasks: list[str] | None = field(default=None, metadata={"help": "Train only on these task families."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N records."})
+    oversample_tasks: list[str] | None = field(
+        default=None, metadata={"help": "Repeat these families' records oversample_factor times."}
+    )
+    oversample_factor: int = field(default=2, metadata={"help": "Repeats of each oversample_tasks record."})
     on_bad_record: str = field(
         default="error", metadata={"help": "error: stop on a bad row; skip: drop, count and report it."}
     )
@@ -68,9 +80,15 @@ class DataArguments:
     def __post_init__(self) -> None:
         if self.on_bad_record not in ("error", "skip"):
             raise ValueError(f"on_bad_record must be 'error' or 'skip', not '{self.on_bad_record}'")
-        unknown = [t for t in self.tasks or () if t not in TASKS]
-        if unknown:
-            raise ValueError(f"tasks: unknown task '{unknown[0]}' (one of: {', '.join(TASKS)})")
+        for name in ("tasks", "oversample_tasks"):
+            unknown = [t for t in getattr(self, name) or () if t not in TASKS]
+            if unknown:
+                raise ValueError(f"{name}: unknown task '{unknown[0]}' (one of: {', '.join(TASKS)})")
+        left_out = [t for t in self.oversample_tasks or () if self.tasks and t not in self.tasks]
+        if left_out:
+            raise ValueError(f"oversample_tasks: '{left_out[0]}' is not in tasks, so it has no records to repeat")
+        if self.oversample_factor < 1:
+            raise ValueError(f"oversample_factor must be at least 1, got {self.oversample_factor}")
         self.image_settings()  # a bad window name fails here, before any model loads
 
     @property

@@ -135,6 +135,11 @@ def load_training_records(data_args: DataArguments) -> list[MedADRecord]:
         records = kept
     if data_args.max_train_samples is not None:
         records = records[: data_args.max_train_samples]
+    if data_args.oversample_tasks and data_args.oversample_factor > 1:
+        extra = [r for r in records if r.task in data_args.oversample_tasks] * (data_args.oversample_factor - 1)
+        print(f"medgrpo: {len(extra)} repeats of {', '.join(data_args.oversample_tasks)} records "
+              f"(x{data_args.oversample_factor}), {len(records) + len(extra)} rows in all")
+        records = records + extra
     if not records:
         raise RecordError(f"{data_args.dataset_path}: no usable training records")
     return records
