@@ -78,6 +78,34 @@ def test_equal_right_accuracy_sets_the_sign():
     assert adv[0] > 0 > adv[1]
 
 
+def test_variants_keep_training_groups_whose_accuracy_is_unpaid():
+    """``accuracy_tasks`` leaves accuracy NaN on some groups: they keep GRPO's signal on the other rewards."""
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [NAN, 1.0], [NAN, 0.0]])
+    weights = torch.tensor([1.0, 1.0])
+    z = 0.5 / (math.sqrt(0.5) + EPS)
+    # equal_right: the paid group as before, the unpaid one ranked by its consistency alone
+    close(equal_right(rewards, weights, 2, accuracy_index=0, margin=0.1), [0.1 + z, -(0.1 + z), z, -z])
+    # HA-DW: the anchor follows the paid rows only; a batch with none paid leaves it (and the advantages) alone
+    state = HADWState()
+    spec = AdvantageSpec(hadw=True, accuracy_index=0, hadw_lambda=1.3)
+    adv, stats = compute_advantages(rewards, weights, 2, spec, hadw_state=state)
+    assert stats["variants/hadw_anchor"] == pytest.approx(0.5) and torch.isfinite(adv).all()
+    close(adv[2:], [1.3 * z, -1.3 * z])  # unpaid group at the anchor: d = 0, factor lam
+    unpaid = torch.tensor([[NAN, 1.0], [NAN, 0.0]])
+    adv, stats = compute_advantages(unpaid, weights, 2, spec, hadw_state=state)
+    assert state.anchor == pytest.approx(0.5) and state.steps == 1
+    close(adv, [1.3 * z, -1.3 * z])
+    adv, _ = compute_advantages(unpaid, weights, 2, spec, hadw_state=HADWState())  # no anchor yet: plain GRPO
+    close(adv, [z, -z])
+    # DRPO and TaRoS: finite advantages, the unpaid rows ranked by the paid components
+    drpo = DRPOState()
+    adv, _ = compute_advantages(rewards, weights, 2, AdvantageSpec(drpo=True, accuracy_index=0),
+                                modalities=["CT", "CT", "MRI", "MRI"], drpo_state=drpo)
+    assert drpo.history == {"CT": 0.5} and torch.isfinite(adv).all() and adv[2] > 0 > adv[3]
+    adv, _, _ = taros(rewards, weights, 2)
+    assert torch.isfinite(adv).all() and adv[2] > 0 > adv[3]
+
+
 def test_taros_saturation_and_sparsity():
     # component 0 varies (batch std 1/sqrt(3) > 0.5 -> weight 1); component 1 saturated at 1 (std 0 -> weight 0)
     rewards = torch.tensor([[1.0, 1.0], [0.0, 1.0], [0.0, 1.0], [1.0, 1.0]])

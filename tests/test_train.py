@@ -135,7 +135,6 @@ def _write_yaml(path: Path, **over) -> Path:
         ({"dicom_window": "sideways"}, "window"),
         ({"tasks": ["anatomy"]}, "tasks: unknown task 'anatomy'"),
         ({"accuracy_tasks": ["anatomy"]}, "accuracy_tasks: unknown task 'anatomy'"),
-        ({"accuracy_tasks": ["anatomy_identification"], "hadw": True}, "hadw reads the accuracy reward"),
     ],
 )
 def test_config_errors_are_one_line_before_any_model_loads(tiny_model_dirs, synth_dir, tmp_path, capsys,

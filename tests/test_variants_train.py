@@ -65,6 +65,9 @@ def test_answer_mask_and_care_bonus():
     # group 2: the one correct member is its own mean -> bonus; the wrong one never
     bonus = care_bonus(torch.tensor([-1.0, -2.0, -0.5, math.nan]), torch.tensor([1.0, 1.0, 1.0, 0.0]), 2, 0.5)
     assert bonus.tolist() == [0.5, 0.0, 0.5, 0.0]
+    # a group whose accuracy is unpaid (accuracy_tasks: NaN) earns no bonus and no NaN
+    bonus = care_bonus(torch.tensor([-1.0, -2.0]), torch.tensor([math.nan, math.nan]), 2, 0.5)
+    assert bonus.tolist() == [0.0, 0.0]
 
 
 def test_ema_update():
@@ -92,6 +95,9 @@ VARIANTS = {
     "tic": {"trajectory_ratio": True},
     "scope": {"scope_coef": 0.1, "scope_entropy_band": [50.0, 60.0]},  # entropy below the band: temperature rises
     "care": {"care_bonus": 0.5, "care_ema_every": 1},
+    # the accuracy-reading variants with accuracy unpaid (None) on most groups
+    "accuracy_tasks": {"advantage_estimator": "equal_right", "hadw": True, "drpo_scaling": True, "care_bonus": 0.5,
+                       "accuracy_tasks": ["anatomy_identification"]},
 }
 EXPECTED_LOGS = {
     "equal_right": ["variants/equal_right_groups"],
@@ -108,6 +114,8 @@ EXPECTED_LOGS = {
     "tic": ["variants/tic_log_ratio_mean", "variants/clip_ratio"],
     "scope": ["variants/scope_positive_nll", "variants/scope_temperature"],
     "care": ["rewards/care/mean"],
+    "accuracy_tasks": ["variants/equal_right_groups", "variants/drpo_groups", "variants/hadw_groups",
+                       "rewards/care/mean"],
 }
 
 

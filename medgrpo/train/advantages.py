@@ -98,7 +98,9 @@ def equal_right(rewards: torch.Tensor, weights: torch.Tensor, num_generations: i
 
     ``s_i = +1`` when completion i is correct (accuracy >= 0.5) else ``-1``; ``z_i`` is the in-group z-score of the
     weighted sum of the OTHER components. Accuracy alone sets the sign, so no auxiliary reward (consistency,
-    evidence, ...) can push a correct answer below a wrong one; the auxiliaries only set the magnitude.
+    evidence, ...) can push a correct answer below a wrong one; the auxiliaries only set the magnitude. A group
+    whose accuracy is not applicable (NaN: ``accuracy_tasks`` leaves it unpaid) has no sign to set, so it keeps
+    GRPO's advantage of the other components.
     """
     correct = rewards[:, accuracy_index] >= 0.5
     sign = torch.where(correct, 1.0, -1.0).to(rewards)
@@ -112,7 +114,12 @@ def equal_right(rewards: torch.Tensor, weights: torch.Tensor, num_generations: i
     else:
         magnitude = torch.full_like(sign, margin)
     advantages = sign * magnitude
-    return advantages.masked_fill(unscorable(rewards) | torch.isnan(rewards[:, accuracy_index]), 0.0)
+    unpaid = torch.isnan(rewards[:, accuracy_index])
+    if unpaid.any() and others:
+        advantages = torch.where(unpaid, group_relative(aux, num_generations), advantages)
+    elif unpaid.any():
+        advantages = advantages.masked_fill(unpaid, 0.0)
+    return advantages.masked_fill(unscorable(rewards), 0.0)
 
 
 def saturation_weights(rewards: torch.Tensor, std_ref: float = 0.5) -> torch.Tensor:
@@ -323,11 +330,15 @@ def compute_advantages(
     if spec.hadw:
         if hadw_state is None:
             raise ValueError("HA-DW needs its HADWState")
-        anchor = hadw_state.update(float(torch.nanmean(acc)))
-        group_acc = torch.nanmean(_grouped(acc, num_generations), dim=1).repeat_interleave(num_generations)
-        weight = hadw_weights(advantages, torch.nan_to_num(group_acc, nan=anchor), anchor, spec.hadw_lambda)
-        advantages = advantages * weight
-        stats["variants/hadw_anchor"] = anchor
+        batch_acc = float(torch.nanmean(acc))
+        # a batch with no paid accuracy (accuracy_tasks) leaves the anchor where it was
+        anchor = hadw_state.update(batch_acc) if not math.isnan(batch_acc) else hadw_state.anchor
+        if anchor is not None:
+            group_acc = torch.nanmean(_grouped(acc, num_generations), dim=1).repeat_interleave(num_generations)
+            # unpaid groups sit at the anchor (d = 0): the plain factor lam, like a group of average difficulty
+            weight = hadw_weights(advantages, torch.nan_to_num(group_acc, nan=anchor), anchor, spec.hadw_lambda)
+            advantages = advantages * weight
+            stats["variants/hadw_anchor"] = anchor
         stats["variants/hadw_groups"] = float(
             (_grouped(advantages, num_generations) != 0).any(dim=1).sum())
     if spec.drpo:

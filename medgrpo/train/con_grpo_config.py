@@ -45,7 +45,8 @@ class ConGRPOConfig(GRPOConfig):
             tiny demo model cannot see lesions) a 0/1 reward there is noise that drifts their answers to a letter
             prior; training only the other families (``tasks``) instead leaves their reasoning free to drift from
             their answer (eval/results/demo-report.md, experiments 16 and 17). Group edits (golden injection,
-            ...) still judge correctness on every family.
+            ...) still judge correctness on every family; the advantage variants that read accuracy treat an
+            unpaid group as one without it (see :mod:`medgrpo.train.advantages`).
         judge_model (`str` or `None`, defaults to `None`):
             For ``evidence_backend="judge"``: a local model folder (transformers), or the model name served at
             ``judge_base_url``.
@@ -260,11 +261,6 @@ class ConGRPOConfig(GRPOConfig):
             ("skip_zero_variance", self.skip_zero_variance), ("care_bonus", self.care_bonus > 0)) if on]
         if needs_accuracy and "accuracy" not in self.reward_funcs:
             raise ValueError(f"{needs_accuracy[0]} needs the 'accuracy' reward in reward_funcs")
-        reads_accuracy = [name for name in needs_accuracy
-                          if name in ("advantage_estimator", "hadw", "drpo_scaling", "care_bonus")]
-        if reads_accuracy and self.accuracy_tasks is not None:
-            # these read the accuracy column of the rewards, which accuracy_tasks leaves None on some rows
-            raise ValueError(f"{reads_accuracy[0]} reads the accuracy reward of every completion: drop accuracy_tasks")
         if self.hadw_window < 2:
             raise ValueError(f"hadw_window must be at least 2, got {self.hadw_window}")
         if min(self.gold_seed_steps, self.dynamic_sampling_tries, self.reuse_per_prompt - 1) < 0:
