@@ -20,7 +20,7 @@ from medgrpo.models.loading import load_model, load_processor
 from medgrpo.train.args import DataArguments, MedModelConfig
 from medgrpo.train.con_grpo import train_con_grpo
 from medgrpo.train.con_grpo_config import ConGRPOConfig
-from medgrpo.train.run import load_training_records, parse_args
+from medgrpo.train.run import load_training_records, oversample_rows, parse_args
 from medgrpo.train.sft import train_sft
 from medgrpo.train.sft_config import MedSFTConfig
 
@@ -171,18 +171,26 @@ def test_tasks_keep_only_those_families_from_the_cli_and_yaml(tiny_model_dirs, s
         load_training_records(DataArguments(dataset_path=str(only_anatomy), tasks=keep[1:]))
 
 
-def test_oversample_tasks_repeat_those_families_records(tiny_model_dirs, synth_dir, tmp_path, capsys):
-    every = load_records(synth_dir, split="train")
+def test_oversample_tasks_repeat_those_families_rows(tiny_model_dirs, synth_dir, tmp_path, capsys):
+    from medgrpo.data import to_grpo_dataset
+    from medgrpo.data.boxes import ImageGrid
+    from medgrpo.data.builders import BuildReport
+
     paid = ["anatomy_identification", "modality_classification"]
     data_args = parse_args(GRPO_TYPES, grpo_argv(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path / "o",
-                                                  "--max_train_samples", "100000", "--oversample_tasks", *paid,
+                                                  "--max_train_samples", "30", "--oversample_tasks", *paid,
                                                   "--oversample_factor", "3"), "t")[0]
     records = load_training_records(data_args)
-    counts = Counter(r.id for r in records)
-    assert set(counts) == {r.id for r in every}
-    assert all(counts[r.id] == (3 if r.task in paid else 1) for r in every)
-    n_paid = sum(r.task in paid for r in every)
-    assert f"{2 * n_paid} repeats" in capsys.readouterr().out
+    report = BuildReport()
+    grid = ImageGrid.from_processor(load_processor(tiny_model_dirs["qwen2_5_vl"]), "qwen2_5_vl")
+    dataset = oversample_rows(to_grpo_dataset(records, data_args.root, grid, report=report), records, report,
+                              data_args)
+    counts = Counter(dataset["id"])
+    assert set(counts) == {r.id for r in records}
+    assert all(counts[r.id] == (3 if r.task in paid else 1) for r in records)
+    n_paid = sum(r.task in paid for r in records)
+    assert 0 < n_paid < len(records) and len(dataset) == len(records) + 2 * n_paid
+    assert f"{n_paid} rows of {', '.join(paid)} listed x3" in capsys.readouterr().out
     for bad, message in ((["--oversample_tasks", "anatomy"], "oversample_tasks: unknown task 'anatomy'"),
                          (["--tasks", paid[0], "--oversample_tasks", paid[1]], "not in tasks"),
                          (["--oversample_tasks", paid[0], "--oversample_factor", "0"], "at least 1")):

@@ -18,7 +18,7 @@ import yaml
 from trl import TrlParser, get_peft_config
 
 from medgrpo.data import LoadReport, MedADRecord, RecordError, load_records
-from medgrpo.data.builders import release_rows
+from medgrpo.data.builders import BuildReport, release_rows
 from medgrpo.models.loading import MAX_ADAPTER_DEPTH, RUN_INFO, adapter_base, locate
 from medgrpo.train.args import DataArguments
 from medgrpo.train.checkpoints import resume_checkpoint
@@ -135,14 +135,25 @@ def load_training_records(data_args: DataArguments) -> list[MedADRecord]:
         records = kept
     if data_args.max_train_samples is not None:
         records = records[: data_args.max_train_samples]
-    if data_args.oversample_tasks and data_args.oversample_factor > 1:
-        extra = [r for r in records if r.task in data_args.oversample_tasks] * (data_args.oversample_factor - 1)
-        print(f"medgrpo: {len(extra)} repeats of {', '.join(data_args.oversample_tasks)} records "
-              f"(x{data_args.oversample_factor}), {len(records) + len(extra)} rows in all")
-        records = records + extra
     if not records:
         raise RecordError(f"{data_args.dataset_path}: no usable training records")
     return records
+
+
+def oversample_rows(dataset: Any, records: list[MedADRecord], report: BuildReport,
+                    data_args: DataArguments) -> Any:
+    """The dataset with the rows of ``oversample_tasks`` listed ``oversample_factor`` times (an index over rows built
+    once, so images are prepared once and ids stay unique); ``records`` are those the dataset was built from, and
+    ``report`` names the ones it skipped."""
+    if not data_args.oversample_tasks or data_args.oversample_factor == 1:
+        return dataset
+    skipped = {record_id for record_id, _ in report.skipped}
+    tasks = [r.task for r in records if r.id not in skipped]  # the dataset's rows, in order
+    repeated = [i for i, task in enumerate(tasks) if task in data_args.oversample_tasks]
+    indices = list(range(len(tasks))) + repeated * (data_args.oversample_factor - 1)
+    print(f"medgrpo: {len(repeated)} rows of {', '.join(data_args.oversample_tasks)} listed "
+          f"x{data_args.oversample_factor}, {len(indices)} rows in all")
+    return dataset.select(indices)
 
 
 def train_stage(
@@ -164,6 +175,7 @@ def train_stage(
     check_model_path(model_args.model_name_or_path)
     records = load_training_records(data_args)
     model, processor, grid = load_for_training(model_args, data_args, training_args.trust_remote_code)
+    report = BuildReport()
     dataset = build_dataset(
         records,
         data_args.root,
@@ -171,7 +183,9 @@ def train_stage(
         settings=data_args.image_settings(),
         system_prompt=data_args.system_prompt_text(),
         on_bad_record=data_args.on_bad_record,
+        report=report,
     )
+    dataset = oversample_rows(dataset, records, report, data_args)
     try:
         trainer = trainer_cls(
             model=model,
