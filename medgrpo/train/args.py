@@ -32,11 +32,11 @@ class DataArguments:
         max_train_samples (`int` or `None`, defaults to `None`):
             Keep only the first N records (quick experiments, applied after ``tasks``); None keeps all.
         oversample_tasks (`list[str]` or `None`, defaults to `None`):
-            Repeat the training records of these families ``oversample_factor`` times (after ``tasks`` and
-            ``max_train_samples``), so each gets that many times its share of the updates. With Con-GRPO's
-            ``accuracy_tasks`` the families whose accuracy is paid then get most of the updates that training on them
-            alone would give, while the others still train format, consistency and evidence (demo report,
-            experiment 19); None repeats nothing.
+            List the training rows of these families ``oversample_factor`` times (after ``tasks`` and
+            ``max_train_samples``; a family that ``tasks`` leaves out has no rows to repeat), so each gets that many
+            times its share of the updates. With Con-GRPO's ``accuracy_tasks`` the families whose accuracy is paid
+            then get most of the updates, while the others still train format, consistency and evidence (demo
+            report, experiment 19); None repeats nothing.
         oversample_factor (`int`, defaults to `2`):
             How many times each record of ``oversample_tasks`` is listed (1 leaves the data as it is).
         on_bad_record (`str`, defaults to `"error"`):
@@ -84,9 +84,6 @@ class DataArguments:
             unknown = [t for t in getattr(self, name) or () if t not in TASKS]
             if unknown:
                 raise ValueError(f"{name}: unknown task '{unknown[0]}' (one of: {', '.join(TASKS)})")
-        left_out = [t for t in self.oversample_tasks or () if self.tasks and t not in self.tasks]
-        if left_out:
-            raise ValueError(f"oversample_tasks: '{left_out[0]}' is not in tasks, so it has no records to repeat")
         if self.oversample_factor < 1:
             raise ValueError(f"oversample_factor must be at least 1, got {self.oversample_factor}")
         self.image_settings()  # a bad window name fails here, before any model loads
