@@ -45,8 +45,8 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
     assert (out / "eval_sft" / "metrics.json").is_file() and (out / "eval_con_grpo" / "metrics.json").is_file()
     assert (out / "export" / "README.md").is_file()
     card = (out / "data" / "README.md").read_text()
-    assert "--option-order canonical" in card and "--cot-style brief" in card  # the demo's data choices
-    assert saved["cot_style"] == "brief" and "(brief reasoning, options in canonical order)" in report_markdown(report)
+    assert "--option-order slotted" in card and "--cot-style brief" in card  # the demo's data choices
+    assert saved["cot_style"] == "brief" and "(brief reasoning, options in slotted order)" in report_markdown(report)
     assert load_model(out / "export").config.model_type == "qwen2_5_vl"
     # A second run into the same folder reuses every finished stage instead of training again.
     again = run_demo(out, n_train=20, n_test=10, seed=1, max_new_tokens=16)
@@ -64,4 +64,4 @@ def test_demo_overrides_reach_the_recipe_parser_lists_included(tmp_path):
     argv = _stage_args(REPO_RECIPES / "con_grpo.yaml", overrides)
     _, config, _ = parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "test")
     assert config.reward_funcs == ["format", "accuracy"] and config.reward_weights == [0.5, 1.0]
-    assert config.learning_rate == 1e-4 and config.max_steps == 60  # the rest still comes from the recipe
+    assert config.learning_rate == 1e-4 and config.max_steps == 150  # the rest still comes from the recipe
