@@ -382,7 +382,7 @@ def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "ful
     targets = {t: _schedule(plan, _CLASSES[t], by_task[t]) for t in TASK_FAMILIES}
     letters = {t: _schedule(plan, LETTERS[:N_OPTIONS], by_task[t]) for t in TASK_FAMILIES}
     levels = {t: _schedule(plan, tuple(DIFFICULTIES), by_task[t]) for t in TASK_FAMILIES}
-    if option_order == "slotted":
+    if option_order == "slotted":  # the class schedule above is still drawn, so letters and levels stay the same
         targets = {t: _home_classes(plan, _CLASSES[t], letters[t]) for t in TASK_FAMILIES}
     seen: Counter[str] = Counter()
     records = []
