@@ -279,6 +279,11 @@ def test_accuracy_open_ended_yes_no_needs_the_exact_word():
         (MODALITY, "This is an MRI scan. Therefore the answer is B.", "A", 0.0),
         (MODALITY, "It is not CT but MRI, so the answer is (B).", "B", 1.0),
         (MODALITY, "It could be CT or MRI, so the answer is A or B.", "B", 0.5),
+        # a letter whose option is not the class the conclusion names: a class the options do not offer
+        (rec("modality_classification", ["X-ray", "dermoscopy", "MRI", "ultrasound"], "C"),
+         "CT of the brain. The imaging modality is therefore CT, so the correct option is B (CT).", "B", 0.0),
+        (rec("modality_classification", ["X-ray", "dermoscopy", "MRI", "ultrasound"], "C"),
+         "CT of the brain. The imaging modality is therefore MRI, so the correct option is C (MRI).", "C", 1.0),
         (MODALITY, "It is one of A, B, C or D: (A) CT, (B) MRI, (C) X-ray, (D) ultrasound.", "B", 0.25),
         # anatomy: the conclusion, not an earlier mention, decides
         (ANATOMY, "The knee is not shown. The region is therefore the brain.", "C", 1.0),

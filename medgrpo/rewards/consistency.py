@@ -13,7 +13,8 @@ reasoning itself, never from the answer block:
    that commits to something; failing that, the last sentence that commits to something.
 
 Scores: the conclusion commits to the answer alone: 1.0; to the answer and k-1 other options (hedging): 1/k;
-not to the answer, or by letter to one option and by text to another: 0.0 (contradiction); the reasoning
+not to the answer, or by letter to one option and by text to another option or to a class the options do not
+offer ("therefore CT, so the answer is B (CT)" when B reads dermoscopy): 0.0 (contradiction); the reasoning
 denies the answer's content and never asserts it ("not an MRI ... so the answer is B (MRI)"), states both
 polarities, or only the polarity opposite to the answer's: 0.0; no conclusion at all:
 :data:`NO_CONCLUSION`; no reasoning, or no valid answer: 0.0. Open-ended records: the free-text answer (or its
@@ -30,7 +31,7 @@ from typing import NamedTuple
 from medgrpo.rewards.accuracy import normalize_answer
 from medgrpo.rewards.claims import Reading, Sentence, read
 from medgrpo.rewards.facts import RecordFacts, option_polarity
-from medgrpo.rewards.lexicon import IMPLIED
+from medgrpo.rewards.lexicon import IMPLIED, conflict
 
 NO_CONCLUSION = 0.25
 """Score of a reasoning that reaches no conclusion: low, but above an outright contradiction."""
@@ -173,6 +174,14 @@ def _part_of(concepts: frozenset[str], other: frozenset[str]) -> bool:
     )
 
 
+def _names_against(sentence: Sentence, facts: RecordFacts, letter: str) -> bool:
+    """The sentence asserts something incompatible with option ``letter``'s content and not that content: a
+    class the options do not offer ("therefore CT, so the answer is B (CT)" when B is dermoscopy)."""
+    concepts = facts.option_concepts[facts.letters.index(letter)]
+    return bool(concepts) and not concepts <= sentence.asserted and any(
+        conflict(a, c) for a in sentence.asserted for c in concepts)
+
+
 class Commitments(NamedTuple):
     """What a reasoning commits to, for one multiple-choice record (all empty for an open-ended one)."""
 
@@ -180,7 +189,8 @@ class Commitments(NamedTuple):
     index: int  # the concluding sentence's index; the number of sentences when nothing concludes
     body: frozenset[str]  # the options the sentences before the conclusion commit to by content
     content: frozenset[str]  # the options any sentence commits to by content
-    mixed: bool  # the concluding sentence names one option by letter and another by content
+    mixed: bool  # the concluding sentence names one option by letter and another, or a class not offered,
+                 # by content
 
 
 def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
@@ -203,7 +213,8 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
     mixed = False
     if hits and sentences[index].letters:
         letters, said = by_letter(sentences[index], facts), content[index]
-        mixed = bool(letters and said and not letters & said)
+        mixed = bool(letters and said and not letters & said) or (
+            len(letters) == 1 and not said and _names_against(sentences[index], facts, next(iter(letters))))
     body = _NONE.union(*content[:index])
     return Commitments(hits, index, body, body.union(*content[index:]), mixed)
 
