@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import yaml
 
 from medgrpo.demo import METRICS, REPO_RECIPES, report_markdown, run_demo
@@ -65,3 +66,21 @@ def test_demo_overrides_reach_the_recipe_parser_lists_included(tmp_path):
     _, config, _ = parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "test")
     assert config.reward_funcs == ["format", "accuracy"] and config.reward_weights == [0.5, 1.0]
     assert config.learning_rate == 1e-4 and config.max_steps == 150  # the rest still comes from the recipe
+
+
+def test_pool_changes_weights_runs_by_records_and_narrows_the_interval():
+    from medgrpo.demo import pool_changes
+
+    def report(delta, half, n):
+        return {"change": {"accuracy": {"delta": delta, "ci_low": delta - half, "ci_high": delta + half, "n": n}}}
+
+    one = pool_changes([report(0.02, 0.024, 2000)])["accuracy"]
+    assert abs(one["ci_low"] - (0.02 - 0.024)) < 1e-12  # one run: its own interval back
+    three = pool_changes([report(0.018, 0.024, 2000), report(0.005, 0.023, 2000), report(0.035, 0.023, 2000)])
+    acc = three["accuracy"]
+    assert abs(acc["delta"] - (0.018 + 0.005 + 0.035) / 3) < 1e-12 and acc["n"] == 6000 and acc["runs"] == 3
+    assert acc["ci_low"] > 0 and acc["ci_high"] - acc["ci_low"] < 0.03  # about 1/sqrt(3) of one run's width
+    weighted = pool_changes([report(0.0, 0.02, 1000), report(0.03, 0.02, 3000)])["accuracy"]
+    assert abs(weighted["delta"] - 0.0225) < 1e-12
+    with pytest.raises(ValueError, match="missing"):
+        pool_changes([report(0.0, 0.02, 1000), {"change": {}}])
