@@ -1,6 +1,7 @@
-"""Pool `medgrpo demo` runs of several seeds: each run's overall change over its SFT model, and the changes of all
-runs together (:func:`medgrpo.demo.pool_changes`), as one markdown table. One seed's 2,000 held-out records give
-a paired interval of about +-2.4 accuracy points; a change smaller than that needs the seeds together.
+"""Pool `medgrpo demo` runs of several seeds: each run's overall change over its SFT model, the changes of all runs
+together (:func:`medgrpo.demo.pool_changes`), and the pooled change per task family, as markdown tables. One
+seed's 2,000 held-out records give a paired interval of about +-2.4 accuracy points; a change smaller than that
+needs the seeds together.
 
     python eval/demo_seeds.py runs/demo-s42 runs/demo-s1 runs/demo-s2
 
@@ -14,12 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from medgrpo.demo import TITLES, _points, pool_changes
-
-
-def _cell(change: dict, metric: str) -> str:
-    c = change[metric]
-    return f"{_points(c['delta'], metric)} [{_points(c['ci_low'], metric)}, {_points(c['ci_high'], metric)}]"
+from medgrpo.demo import TITLES, format_change, pool_changes
 
 
 def main() -> int:
@@ -33,7 +29,7 @@ def main() -> int:
             print(f"demo_seeds: {path}: no demo report (run medgrpo demo --out {run} first)", file=sys.stderr)
             return 2
         reports.append(json.loads(path.read_text()))
-    pooled = pool_changes(reports)
+    pooled = pool_changes([r["change"] for r in reports])
     metrics = list(pooled)
     print("| run | seed | records | accuracy after SFT | " + " | ".join(TITLES[m] for m in metrics) + " |")
     print("|---|---|---|---|" + "---|" * len(metrics))
@@ -41,9 +37,19 @@ def main() -> int:
         n = max(c["n"] for c in report["change"].values())
         sft = report["after_sft"]["overall"]["accuracy"]
         print(f"| {run} | {report['seed']} | {n} | {100 * sft:.1f} | "
-              + " | ".join(_cell(report["change"], m) for m in metrics) + " |")
+              + " | ".join(format_change(report["change"][m], m) for m in metrics) + " |")
     n = max(c["n"] for c in pooled.values())
-    print(f"| pooled | {len(reports)} seeds | {n} | | " + " | ".join(_cell(pooled, m) for m in metrics) + " |")
+    print(f"| pooled | {len(reports)} seeds | {n} | | " + " | ".join(format_change(pooled[m], m) for m in metrics)
+          + " |")
+    if all("change_by_task" in r for r in reports):
+        print("\nPooled per task family:\n")
+        print("| task | records | " + " | ".join(TITLES[m] for m in metrics) + " |")
+        print("|---|---|" + "---|" * len(metrics))
+        for task in reports[0]["change_by_task"]:
+            by_task = pool_changes([r["change_by_task"][task] for r in reports])
+            n = max(c["n"] for c in by_task.values())
+            print(f"| {task} | {n} | " + " | ".join(format_change(by_task[m], m) if m in by_task else "-"
+                                                   for m in metrics) + " |")
     return 0
 
 

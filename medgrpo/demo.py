@@ -79,34 +79,36 @@ def held_out_reward(config: Any) -> Callable[[dict[str, float | None]], float | 
     return lambda scores: total_reward(scores, config.reward_funcs, config.reward_weights, settings)
 
 
-def _change(sft_eval: Path, grpo_eval: Path, reward: Callable) -> dict[str, dict[str, float | int]]:
-    """Overall ``{metric: {baseline, run, delta, ci_low, ci_high, n}}`` of Con-GRPO over SFT, paired item by item
-    on the held-out split: with a few hundred records a change of a few points can be noise, and the interval
-    says so."""
+def _change(sft_eval: Path, grpo_eval: Path, reward: Callable, task: str | None = None
+            ) -> dict[str, dict[str, float | int]]:
+    """``{metric: {baseline, run, delta, ci_low, ci_high, n}}`` of Con-GRPO over SFT, overall or on one task
+    family, paired item by item on the held-out split: with a few hundred records a change of a few points can be
+    noise, and the interval says so."""
     from medgrpo.eval.report import paired_deltas
 
-    rows = paired_deltas(sft_eval, grpo_eval, extra={"reward": reward})
+    rows = paired_deltas(sft_eval, grpo_eval, extra={"reward": reward}, task=task)
     by_metric = {row["metric"]: row for row in rows}
     return {m: {k: by_metric[m][k] for k in ("baseline", "run", "delta", "ci_low", "ci_high", "n")}
             for m in METRICS_CHANGED if m in by_metric}
 
 
-def pool_changes(reports: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
-    """The overall changes of several demo reports (e.g. one per seed) pooled: per metric, the mean of the runs'
-    changes weighted by their record counts, with a 95% interval from each run's paired interval read as a
-    normal one (standard error = width / 3.92) and the runs taken as independent samples. Three seeds of 2,000
-    records judge a 2-point change that one seed's interval (about +-2.4 points) cannot.
+def pool_changes(changes: list[dict[str, dict[str, float | int]]]) -> dict[str, dict[str, float | int]]:
+    """Several demo runs' changes (e.g. one per seed: each report's ``change``, or its ``change_by_task[task]``)
+    pooled: per metric, the mean of the runs' changes weighted by their record counts, with a 95% interval from
+    each run's paired interval read as a normal one (standard error = width / 3.92) and the runs taken as
+    independent samples. Three seeds of 2,000 records judge a 2-point change that one seed's interval (about
+    +-2.4 points) cannot.
 
     Raises:
-        ValueError: no report, or a metric some report lacks.
+        ValueError: no run, or a metric some run lacks.
     """
-    if not reports:
-        raise ValueError("pool_changes needs at least one demo report")
+    if not changes:
+        raise ValueError("pool_changes needs at least one run's changes")
     pooled = {}
-    for metric in reports[0]["change"]:
-        runs = [r["change"].get(metric) for r in reports]
+    for metric in changes[0]:
+        runs = [c.get(metric) for c in changes]
         if any(c is None for c in runs):
-            raise ValueError(f"metric '{metric}' is missing from a demo report")
+            raise ValueError(f"metric '{metric}' is missing from a run's changes")
         n = sum(c["n"] for c in runs)
         delta = sum(c["n"] * c["delta"] for c in runs) / n
         se = sum((c["n"] / n * (c["ci_high"] - c["ci_low"]) / 3.92) ** 2 for c in runs) ** 0.5
@@ -118,6 +120,12 @@ def pool_changes(reports: list[dict[str, Any]]) -> dict[str, dict[str, float | i
 def _points(value: float, metric: str) -> str:
     """A change in percentage points, the reward (a weighted sum, not a rate) in its own units."""
     return f"{value:+.3f}" if metric == "reward" else f"{100 * value:+.1f}"
+
+
+def format_change(change: dict[str, float | int], metric: str) -> str:
+    """``+1.8 [-0.5, +4.3]``: a change and its 95% interval, in points (the reward in its own units)."""
+    lo, hi = _points(change["ci_low"], metric), _points(change["ci_high"], metric)
+    return f"{_points(change['delta'], metric)} [{lo}, {hi}]"
 
 
 def _fmt(value: float | None) -> str:
@@ -149,13 +157,21 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     change = report["change"]
     if change:
-        cells = [f"{TITLES[m]} {_points(c['delta'], m)} [{_points(c['ci_low'], m)}, {_points(c['ci_high'], m)}]"
-                 for m, c in change.items()]
+        cells = [f"{TITLES[m]} {format_change(c, m)}" for m, c in change.items()]
         n = max(c["n"] for c in change.values())
         lines += ["", f"Change after Con-GRPO, overall, in points with a paired bootstrap 95% interval over the "
                   f"{n} held-out records (the reward in its own units; an interval that spans 0 is not a change "
                   "beyond noise): "
                   + "; ".join(cells) + "."]
+    by_task = report.get("change_by_task") or {}
+    if by_task:
+        metrics = list(change)
+        lines += ["", "Change after Con-GRPO per task family (paired bootstrap 95% intervals over its records):", "",
+                  "| task | n | " + " | ".join(TITLES[m] for m in metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+        for task, c in by_task.items():
+            n = max((x["n"] for x in c.values()), default=0)
+            lines.append(f"| {task} | {n} | " + " | ".join(format_change(c[m], m) if m in c else "-" for m in metrics)
+                         + " |")
     lines += ["", "Timings (s): " + ", ".join(f"{k} {v}" for k, v in report["timings"].items()), ""]
     return "\n".join(lines)
 
@@ -248,11 +264,14 @@ def run_demo(
     _done(t, timings, "export")
 
     first, last = _mean_reward(paths["con_grpo"])
+    reward = held_out_reward(grpo_args[1])
     report = {
         "arch": arch, "seed": seed, "n_train": n_train, "n_test": n_test, "option_order": option_order,
         "cot_style": cot_style,
         "after_sft": _summary(sft_metrics), "after_con_grpo": _summary(grpo_metrics),
-        "change": _change(paths["eval_sft"], paths["eval_con_grpo"], held_out_reward(grpo_args[1])),
+        "change": _change(paths["eval_sft"], paths["eval_con_grpo"], reward),
+        "change_by_task": {task: _change(paths["eval_sft"], paths["eval_con_grpo"], reward, task)
+                           for task in _summary(sft_metrics) if task != "overall"},
         "grpo_reward_first": first, "grpo_reward_last": last,
         "timings": timings, "total_seconds": round(sum(timings.values()), 1),
         "paths": {k: str(v) for k, v in paths.items()},

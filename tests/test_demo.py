@@ -31,6 +31,14 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
         delta = saved["after_con_grpo"]["overall"][metric] - saved["after_sft"]["overall"][metric]
         assert abs(saved["change"][metric]["delta"] - delta) < 1e-9 and saved["change"][metric]["n"] == 10
     assert "paired bootstrap 95% interval" in (out / "demo_report.md").read_text()
+    # Per task family too: the families' records add up to the whole, each change the difference of its cells.
+    by_task = saved["change_by_task"]
+    assert set(by_task) == set(saved["after_sft"]) - {"overall"}
+    assert sum(c["accuracy"]["n"] for c in by_task.values()) == 10
+    for task, c in by_task.items():
+        delta = saved["after_con_grpo"][task]["accuracy"] - saved["after_sft"][task]["accuracy"]
+        assert abs(c["accuracy"]["delta"] - delta) < 1e-9 and c["accuracy"]["ci_low"] <= c["accuracy"]["delta"]
+    assert "per task family" in (out / "demo_report.md").read_text()
     # The held-out reward is the recipe's objective on each greedy completion, re-derived here from the rows.
     recipe = yaml.safe_load((REPO_RECIPES / "con_grpo.yaml").read_text())
     names, weights = recipe["reward_funcs"], recipe["reward_weights"]
@@ -72,7 +80,7 @@ def test_pool_changes_weights_runs_by_records_and_narrows_the_interval():
     from medgrpo.demo import pool_changes
 
     def report(delta, half, n):
-        return {"change": {"accuracy": {"delta": delta, "ci_low": delta - half, "ci_high": delta + half, "n": n}}}
+        return {"accuracy": {"delta": delta, "ci_low": delta - half, "ci_high": delta + half, "n": n}}
 
     one = pool_changes([report(0.02, 0.024, 2000)])["accuracy"]
     assert abs(one["ci_low"] - (0.02 - 0.024)) < 1e-12  # one run: its own interval back
@@ -83,4 +91,4 @@ def test_pool_changes_weights_runs_by_records_and_narrows_the_interval():
     weighted = pool_changes([report(0.0, 0.02, 1000), report(0.03, 0.02, 3000)])["accuracy"]
     assert abs(weighted["delta"] - 0.0225) < 1e-12
     with pytest.raises(ValueError, match="missing"):
-        pool_changes([report(0.0, 0.02, 1000), {"change": {}}])
+        pool_changes([report(0.0, 0.02, 1000), {}])

@@ -182,21 +182,21 @@ Extra = dict[str, Callable[[dict[str, Any]], float | None]]
 """Further per-row metrics for :func:`paired_deltas`: name -> a function of a prediction row's ``scores``."""
 
 
-def _scored(run_dir: Path, extra: Extra) -> dict[tuple[str, str], dict[str, float | None]]:
+def _scored(run_dir: Path, extra: Extra, task: str | None = None) -> dict[tuple[str, str], dict[str, float | None]]:
     if not (run_dir / "metrics.json").is_file() or not (run_dir / PREDICTIONS).is_file():
         raise EvalError(f"{run_dir}: not an evaluation folder (no metrics.json / {PREDICTIONS}); run medgrpo eval first")
     return {(r["dataset"], r["id"]): {**row_metrics(r), **{m: f(r["scores"]) for m, f in extra.items()}}
-            for r in read_predictions(run_dir / PREDICTIONS)}
+            for r in read_predictions(run_dir / PREDICTIONS) if task is None or r.get("task") == task}
 
 
 def paired_deltas(base_dir: str | Path, run_dir: str | Path, n_boot: int = 1000,
-                  extra: Extra | None = None) -> list[dict[str, Any]]:
+                  extra: Extra | None = None, task: str | None = None) -> list[dict[str, Any]]:
     """Per dataset and headline metric (and each ``extra`` one, e.g. a recipe's total reward), ``{"dataset",
     "metric", "baseline", "run", "delta", "ci_low", "ci_high", "n"}``: the run's change over the baseline on the
-    records both scored (matched by dataset and id), with a paired percentile-bootstrap 95% interval, so the two
-    are compared item by item."""
+    records both scored (matched by dataset and id; only those of task family ``task`` when given), with a paired
+    percentile-bootstrap 95% interval, so the two are compared item by item."""
     extra = extra or {}
-    base, rows = _scored(Path(base_dir), extra), _scored(Path(run_dir), extra)
+    base, rows = _scored(Path(base_dir), extra, task), _scored(Path(run_dir), extra, task)
     out = []
     for ds in sorted({k[0] for k in rows} & {k[0] for k in base}):
         keys = sorted(k for k in rows.keys() & base.keys() if k[0] == ds)
