@@ -161,3 +161,22 @@ def test_stub_skip_zeroes_groups_that_stay_uniform(tiny_model_dirs, synth_dir, t
     # equal-right would give every wrong answer -margin; skipping zero-variance groups removes them
     assert batches[0][1]["advantages"].abs().sum().item() == 0.0
     assert trainer.state.log_history[0]["variants/skipped_groups"] == 2.0
+
+
+def test_stub_gold_goes_to_the_paid_families_only(tiny_model_dirs, synth_dir, tmp_path):
+    trainer, batches = _stub_trainer(tiny_model_dirs, synth_dir, tmp_path, golden_injection=True)
+    paid = trainer.train_dataset[0]["task"]
+    trainer.args.accuracy_tasks = [paid]
+    trainer.train()
+    seen = {True: 0, False: 0}
+    for inputs, output in batches:
+        rows = _rows(trainer, output)
+        for start in range(0, len(rows), 2):
+            row = inputs[start + 1]
+            target = trainer._tokenizer(row["target"], add_special_tokens=False)["input_ids"]
+            injected = rows[start + 1] == list(target) + [trainer.eos_token_ids[0]]
+            assert injected == (row["task"] == paid)  # every group is all wrong; only the paid ones get gold
+            seen[injected] += 1
+    assert seen[True] and seen[False]
+    logged = [v for e in trainer.state.log_history for k, v in e.items() if k == "variants/gold_injected_groups"]
+    assert sum(logged) == seen[True]

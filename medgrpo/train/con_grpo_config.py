@@ -44,9 +44,10 @@ class ConGRPOConfig(GRPOConfig):
             evidence and grounding rewards. None pays it everywhere. For a policy at chance on some families (the
             tiny demo model cannot see lesions) a 0/1 reward there is noise that drifts their answers to a letter
             prior; training only the other families (``tasks``) instead leaves their reasoning free to drift from
-            their answer (eval/results/demo-report.md, experiments 16 and 17). Group edits (golden injection,
-            ...) still judge correctness on every family; the advantage variants that read accuracy treat an
-            unpaid group as one without it (see :mod:`medgrpo.train.advantages`).
+            their answer (eval/results/demo-report.md, experiments 16 and 17). Gold completions (golden injection,
+            gold seeding) go to all-wrong groups of the paid families only (on the others it taught the demo model
+            letters its reasoning did not name, experiment 24); the advantage variants that read accuracy treat
+            an unpaid group as one without it (see :mod:`medgrpo.train.advantages`).
         judge_model (`str` or `None`, defaults to `None`):
             For ``evidence_backend="judge"``: a local model folder (transformers), or the model name served at
             ``judge_base_url``.

@@ -270,9 +270,12 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
         return [list(x) for x in completion_ids], logprobs
 
     def _gold(self, row: dict[str, Any]) -> tuple[list[int], str] | None:
-        """The record's gold completion (``target`` column) as token ids ending in EOS, and its text."""
+        """The record's gold completion (``target`` column) as token ids ending in EOS, and its text; None on a
+        family ``accuracy_tasks`` leaves unpaid: a label the policy cannot perceive teaches it nothing but a letter
+        (demo report, experiment 24)."""
         text = row.get("target") or ""
-        if not text:
+        paid = self.args.accuracy_tasks
+        if not text or (paid is not None and row.get("task") not in paid):
             return None
         ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
         return list(ids) + [self.eos_token_ids[0]], text
