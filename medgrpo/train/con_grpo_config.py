@@ -101,7 +101,8 @@ class ConGRPOConfig(GRPOConfig):
             policy like any rollout, and it earns a positive advantage.
         gold_seed_steps (`int`, defaults to `0`):
             DAVID-GRPO (2026): during the first N optimizer steps every group gets the gold completion in one member
-            (a warm-up that anchors the grammar and the answer); 0 disables.
+            (a warm-up that anchors the grammar and the answer; with ``accuracy_tasks``, groups of those families
+            only); 0 disables.
         response_reuse (`bool`, defaults to `False`):
             AR3PO (2025): past correct completions are kept per prompt; an all-wrong group reuses the latest one
             before any gold injection. The buffer is saved with the checkpoint state.
