@@ -1,17 +1,24 @@
 """The judge evidence backend: lenient parsing, the HTTP transport against a loopback server started here
-(retries, timeout, concurrency limit, cache, no redirects, no proxies, text only), and a local tiny model."""
+(retries, timeout, concurrency limit, cache, no redirects, no proxies, text only), the labelled dev set of
+reasoning end to end through that server, and a local tiny model."""
 
 import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
-from medgrpo.data.record import MedADRecord
+import medgrpo.rewards.judge as judge_module
+from medgrpo.data.record import TASKS, MedADRecord
 from medgrpo.rewards import JudgeSettings, RewardSettings, build_reward_funcs, verify, verify_batch
-from medgrpo.rewards.judge import JudgeClient, parse_judgement, rubric_messages
+from medgrpo.rewards.evidence import combine
+from medgrpo.rewards.judge import RUBRIC, JudgeClient, judge_for, parse_judgement, rubric_messages
+from medgrpo.rewards.parsing import parse_completion
 from medgrpo.rewards.settings import CRITERIA, RewardSettingsError
+
+DEV_SET = Path(__file__).resolve().parents[1] / "eval" / "reasoning_set" / "dev.jsonl"
 
 RECORD = MedADRecord(
     "r1",
@@ -68,9 +75,11 @@ def test_rubric_is_text_only():
 
 
 class Judge(BaseHTTPRequestHandler):
-    """A fake OpenAI-compatible server: replays scripted replies and records what it received."""
+    """A fake OpenAI-compatible server: replays scripted replies (else asks ``respond(body)``, else answers
+    GOOD) and records what it received."""
 
     script: list = []
+    respond = None
     bodies: list = []
     in_flight = 0
     max_in_flight = 0
@@ -86,7 +95,12 @@ class Judge(BaseHTTPRequestHandler):
             cls.bodies.append((self.path, dict(self.headers), body))
             cls.in_flight += 1
             cls.max_in_flight = max(cls.max_in_flight, cls.in_flight)
-            step = cls.script.pop(0) if cls.script else ("ok", GOOD)
+            if cls.script:
+                step = cls.script.pop(0)
+            elif cls.respond is not None:
+                step = cls.respond(body)
+            else:
+                step = ("ok", GOOD)
         kind, value = step
         if kind == "sleep":
             time.sleep(value)
@@ -110,7 +124,7 @@ class Judge(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
-    Judge.script, Judge.bodies, Judge.in_flight, Judge.max_in_flight = [], [], 0, 0
+    Judge.script, Judge.bodies, Judge.in_flight, Judge.max_in_flight, Judge.respond = [], [], 0, 0, None
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
@@ -200,6 +214,112 @@ def test_evidence_reward_with_judge_backend_logs_criteria(server):
     assert [s["evidence"] for s in verify_batch([COMPLETION], [RECORD], settings=settings)] == pytest.approx(
         [weighted]
     )
+
+
+def dev_set(path):
+    """The labelled dev set of reasoning (JSONL, one completion a line); [] when it is not there."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# How the fake judge answers the i-th distinct dev request (i modulo 6): a first-try HTTP error or None, the reply
+# (a = 1 when the line is labelled consistent, else 0; v = a grounding score that differs between neighbours, so
+# a reply routed to the wrong completion shows), and the criteria the parser must read from it.
+DEV_REPLIES = (
+    (None, '{{"visual_grounding": {v}, "question_relevance": 1, "answer_support": {a}, "no_hallucination": 1, '
+     '"no_contradiction": {a}}}', lambda v, a: (v, 1.0, a, 1.0, a)),
+    (None, "Grading.\nanswer_support: {a}\nno_contradiction = {a}\nThe rest I cannot tell.",
+     lambda v, a: (None, None, a, None, a)),
+    (500, '```json\n{{"visual_grounding": {v}, "question_relevance": 0.5, "answer_support": {a}, '
+     '"no_hallucination": 0, "no_contradiction": 1}}\n```', lambda v, a: (v, 0.5, a, 0.0, 1.0)),
+    (429, '{{"Visual Grounding": "{v}", "question-relevance": true, "answer_support": "{a}", '
+     '"no_hallucination": 3, "no_contradiction": false}}', lambda v, a: (v, 1.0, a, None, 0.0)),
+    (None, '{{"visual_grounding": {v}, "answer_support": ', lambda v, a: (v, None, None, None, None)),
+    (None, "I am unable to grade this reasoning.", lambda v, a: (None,) * 5),
+)
+
+
+def test_dev_set_end_to_end_through_a_fake_openai_server(server, monkeypatch):
+    rows = dev_set(DEV_SET)
+    if not rows:
+        pytest.skip(f"the labelled dev set {DEV_SET} is not written yet")
+    records = [
+        MedADRecord(
+            id=str(r["id"]), images=[f"images/secret_{r['id']}.png"], question=r["question"],
+            options=list(r["options"]), answer=r["answer"], task=r["task"], modality=r.get("modality"),
+        )
+        for r in rows
+    ]
+    assert all(r.task in TASKS for r in records)
+    completions = [r["completion"] for r in rows]
+    # One request per distinct (completion, record id), identified on the server by its user message.
+    plan: dict[str, tuple] = {}
+    keys: dict[tuple[str, str], str] = {}
+    for row, record, text in zip(rows, records, completions, strict=True):
+        content = rubric_messages(text, record)[1]["content"]
+        keys.setdefault((text, record.id), content)
+        if content not in plan:
+            i = len(plan)
+            status, reply, expected = DEV_REPLIES[i % len(DEV_REPLIES)]
+            labels = row.get("labels", row)  # the labels in their own object or beside the other fields
+            v, a = (i % 9 + 1) / 10, float(labels.get("consistent") is True)
+            plan[content] = (status, reply.format(v=v, a=a), expected(v, a))
+    assert len(plan) >= len(DEV_REPLIES)  # every kind of reply (and of first-try failure) is exercised
+    tries: dict[str, int] = {}
+
+    def respond(body):  # called under the server's lock
+        content = body["messages"][1]["content"]
+        if content not in plan:
+            return ("status", 400)  # not a dev request: the client does not retry, the test sees a failure
+        tries[content] = tries.get(content, 0) + 1
+        status, reply, _ = plan[content]
+        return ("status", status) if status and tries[content] == 1 else ("ok", reply)
+
+    Judge.respond = respond
+    monkeypatch.setattr(judge_module, "_CLIENTS", {})  # a fresh client (and cache) for this test
+    settings = RewardSettings(
+        evidence_backend="judge",
+        judge=settings_for(server, model="dev-judge", max_retries=2, backoff_s=0.001, max_concurrency=4),
+    )
+    results = verify_batch(completions, records, settings=settings)
+
+    # Requests: the rubric, the question and that completion's reasoning, text only, each distinct pair once
+    # (plus one retry after each first-try 429/500).
+    failing, n_sent = sum(status is not None for status, _, _ in plan.values()), len(Judge.bodies)
+    assert n_sent == len(keys) + failing
+    for path, _, body in Judge.bodies:
+        assert path == "/v1/chat/completions" and body["model"] == "dev-judge"
+        assert [m["role"] for m in body["messages"]] == ["system", "user"]
+        assert body["messages"][0]["content"] == RUBRIC
+        assert "secret_" not in json.dumps(body) and "image_url" not in json.dumps(body)
+    sent = [body["messages"][1]["content"] for _, _, body in Judge.bodies]
+    for record, text in zip(records, completions, strict=True):
+        content = keys[(text, record.id)]
+        assert content in sent and record.question in content
+        think = parse_completion(text).think
+        assert (think if think is not None else text)[:8000] in content
+    per_content = list(keys.values())  # a dev line may repeat another's question and completion
+    assert all(tries[c] == per_content.count(c) + (plan[c][0] is not None) for c in plan)  # failures retried
+
+    # Replies: every criterion as the parser must read it, routed back to its own completion (the retried ones
+    # included), and the evidence reward their weighted mean over the criteria that could be read.
+    for record, text, scores in zip(records, completions, results, strict=True):
+        expected = plan[keys[(text, record.id)]][2]
+        assert tuple(scores[f"evidence/{c}"] for c in CRITERIA) == pytest.approx(expected)
+        assert scores["evidence"] == pytest.approx(combine(expected, settings.evidence_weights))
+    stats = dict(judge_for(settings.judge).stats)
+    assert stats == {
+        "requests": len(keys),
+        "cache_hits": 0,  # a pair repeated within one batch is judged once, not counted as a hit
+        "failures": 0,
+        "unparsed": sum(expected.count(None) for _, _, expected in (plan[c] for c in keys.values())),
+    }
+
+    # Cache: the same set again sends nothing and scores the same.
+    assert verify_batch(completions, records, settings=settings) == results
+    assert len(Judge.bodies) == n_sent
+    assert judge_for(settings.judge).stats == {**stats, "cache_hits": stats["cache_hits"] + len(rows)}
 
 
 def test_judge_settings_are_validated():

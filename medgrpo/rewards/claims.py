@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter, methodcaller
 
-from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, PHRASES, trie_pattern
+from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, PHRASES, american_spelling, trie_pattern
 
 _FINDING_CATS = ("finding", "generic")
 DESCRIPTOR_CATEGORIES = ("laterality", "location", "appearance", "size")
@@ -71,6 +71,11 @@ _CUES: dict[str, str] = {
             "not correct",
             "not the answer",
             "not supported",
+            "less likely",
+            "less favored",
+            "not favored",
+            "disfavored",
+            "spared",
         ),
         "post",
     ),
@@ -88,9 +93,46 @@ _CUES: dict[str, str] = {
             "does not match",
             "do not match",
             "doesn't match",
+            "argues against",
+            "argue against",
+            "arguing against",
+            "against",
+            "not suggestive of",
+            "not typical of",
+            "not characteristic of",
+            "not in keeping with",
+            "atypical for",
+            "does not support",
+            "do not support",
+            "doesn't support",
+            "not supportive of",
+            "would not explain",
+            "does not explain",
+            "sparing",
+            "sparing of",
         ),
         "rel",
     ),
+    # uncertainty that commits to nothing: the mentions of its clause are neither asserted nor denied
+    **dict.fromkeys(
+        (
+            "cannot exclude",
+            "cannot be excluded",
+            "can't exclude",
+            "can't be excluded",
+            "cannot rule out",
+            "cannot be ruled out",
+            "can't rule out",
+            "not excluded",
+            "not ruled out",
+            "differential",
+            "differentials",
+            "ddx",
+        ),
+        "unc",
+    ),
+    # a concession opens a clause whose mentions are weighed, not claimed ("although X could be considered, ...")
+    **dict.fromkeys(("although", "though", "even though", "while", "whilst", "despite", "albeit"), "conc"),
     # negations that deny nothing: "whether there is a lesion or not", "no doubt that", "not only"
     **dict.fromkeys(("or not", "no doubt", "not only", "not just"), "inert"),
     **dict.fromkeys(
@@ -120,7 +162,30 @@ _CUES: dict[str, str] = {
         ),
         "hyp",
     ),
-    **dict.fromkeys(("but", "however", "whereas", "although", "though", "while", "yet"), "clause"),
+    **dict.fromkeys(("but", "whereas", "yet"), "clause"),
+    # a revision closes the clause before it and concludes: the last committed conclusion wins
+    **dict.fromkeys(
+        (
+            "however",
+            "on reflection",
+            "on closer",
+            "closer inspection",
+            "second thought",
+            "on review",
+            "actually",
+            "wait",
+            "reconsider",
+            "reconsidering",
+            "re evaluate",
+            "re evaluating",
+            "revise",
+            "revised",
+            "correction",
+            "in fact",
+            "instead",
+        ),
+        "rev",
+    ),
     **dict.fromkeys(
         (
             "otherwise",
@@ -182,10 +247,23 @@ _CUES: dict[str, str] = {
             "diagnosis",
             "final",
             "overall",
+            "impression",
+            "favor",
+            "favors",
+            "favoring",
+            "favored",
+            "in keeping with",
+            "c/w",
+            "characteristic of",
+            "typical of",
+            "diagnostic of",
+            "correct",
+            "confirms",
+            "best",
         ),
         "cue",
     ),
-    **dict.fromkeys(("answer", "option", "choice"), "intro"),
+    **dict.fromkeys(("answer", "option", "choice", "choose", "select", "pick", "go with", "opt for"), "intro"),
 }
 _KIND: dict[str, str] = {**dict.fromkeys(PHRASES, "c"), **_CUES}
 
@@ -202,7 +280,11 @@ _PERIOD_END = re.compile(r"\.\s+")
 _MARKS = re.compile(r"<box>.*?</box>|,|;|:|\([a-j]\)", re.DOTALL)
 _WORDS = re.compile(rf"\W({trie_pattern(sorted(_KIND))})\b")
 _WORDS_ASCII = re.compile(_WORDS.pattern, re.ASCII)  # the same on ASCII text, with a cheaper test for \W
-_LETTER_AFTER = re.compile(r"\s*(?:is\s+|would\s+be\s+|:\s*)?\(?([A-J])\)?(?!\w)")
+_LETTER_AFTER = re.compile(
+    r"\s*(?:(?:is|would be|will be|should be|must be|here is|therefore|then|thus)\s*)?(?:[:=\-\u2013\u2014>]\s*)?"
+    r"(?:option\s+|letter\s+)?\(?([A-J])\)?(?![\w'\u2019])"
+)
+_MARKUP = str.maketrans("", "", "*`#")  # markdown emphasis, code and headings: layout, not words
 
 
 @dataclass(eq=False, slots=True)
@@ -225,6 +307,10 @@ class Sentence:
     polarity: frozenset[str]  # subset of {"normal", "abnormal"}
     descriptors: frozenset[str]  # when it asserts a finding or cites a box: the descriptors of that finding
     observed: bool  # it cites a box or asserts something visual (a concept of VISUAL_CATEGORIES)
+    scopes: tuple[tuple[int, str], ...]  # (position in ``low``, kind) of its cues and clause breaks, for
+                                         # :func:`mention` (empty when it has none)
+    says: str  # "yes" or "no" when it answers a yes/no question in those words ("Yes, ...", "the answer is
+               # no"), else ""
 
 
 @dataclass(eq=False, slots=True)
@@ -352,6 +438,7 @@ def _reject_back(low: str, clause: list[list], labelled: list[list], neg_end: in
 def read_sentence(text: str) -> Sentence | None:
     """The claims of one sentence (None when it is blank). Cached: completions of one prompt, and the gold
     reasoning they imitate, repeat many sentences word for word."""
+    text = american_spelling(text.translate(_MARKUP))
     low = text.lower()
     if len(low) != len(text):  # a few Unicode letters change length when lowered: keep indices aligned
         text = text.encode("ascii", "replace").decode("ascii")
@@ -363,10 +450,12 @@ def read_sentence(text: str) -> Sentence | None:
     marks = list(_MARKS.finditer(low))
     hyp = text.rstrip().endswith("?")  # "Is there a mass?" asks; it does not claim
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
-        return Sentence("" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False)
+        return Sentence(
+            "" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, (), ""
+        )
     hyp_at = 0  # where the hypothetical part starts in ``low``: the sentence keeps only the text before it
     boxes = 0
-    cue = neg = neut = False
+    cue = neg = neut = conc = False
     clause: list[list] = []  # [concept or "#<letter>", denied] of the current clause
     labelled: list[list] = []  # the clause before a colon, held back until the next one ends ("CT: no")
     labelled_neut = False
@@ -383,19 +472,22 @@ def read_sentence(text: str) -> Sentence | None:
     polarity: set[str] = set()
     sets = (asserted, denied, letters, denied_letters, polarity)
     covered = 0  # the end of the last box or "(C)": nothing inside them is a claim
+    scopes: list[tuple[int, str]] = []
     for m in sorted(marks + words, key=_start) if marks and words else marks or words:
         if m.re is not _MARKS:  # a word; positions in " " + low: m.start() is the word's, m.end() one past it
             if m.start() < covered:
                 continue
             word = m.group(1)
             kind = _KIND[word]
+            if kind != "c" and kind != "cue" and kind != "intro":
+                scopes.append((m.start(), kind))
             if kind == "c":
                 concept = PHRASES[word]
                 if listed and not clause:  # the first mention after "no mass,": does the list go on?
                     if _LIST_KIND[concept] == listed and _LIST_FILLERS.issuperset(low[listed_from : m.start()].split()):
                         neg = True
                     listed = ""
-                if not hyp:
+                if not (hyp or conc):
                     clause.append([concept, neg])
                     said.append(word)
             elif kind == "neg" or kind == "rel":
@@ -408,7 +500,7 @@ def read_sentence(text: str) -> Sentence | None:
                 after = _LETTER_AFTER.match(text, m.end() - 1)
                 if after:
                     cue = True
-                    if not hyp:
+                    if not (hyp or conc):
                         clause.append(["#" + after.group(1), neg])
             elif kind == "post":
                 for item in clause or labelled:  # "Chest: incorrect" rejects the labelled clause
@@ -417,7 +509,12 @@ def read_sentence(text: str) -> Sentence | None:
                 neut = True
             elif kind == "hyp" and not hyp:
                 hyp, hyp_at = True, m.start()
-            elif kind == "clause":
+            elif kind == "unc":  # "X cannot be excluded", "cannot rule out X": the clause claims nothing
+                clause.clear()
+                said.clear()
+                conc = True
+            elif kind == "clause" or kind == "conc" or kind == "rev":
+                cue = cue or kind == "rev"
                 if negated_at == len(clause):  # its negation closes it (-1 when it has none)
                     _reject_back(low, clause, labelled, neg_end, m.start())
                 if labelled:
@@ -429,6 +526,7 @@ def read_sentence(text: str) -> Sentence | None:
                     held = []
                 clause, neg, neut, negated_at, listed = [], False, False, -1, ""
                 clause_from, said = m.end() - 1, []
+                conc = kind == "conc"
         elif m.start() < covered:
             continue
         elif low[m.start()] == "<":
@@ -437,9 +535,10 @@ def read_sentence(text: str) -> Sentence | None:
         elif low[m.start()] == "(":  # "(c)": a letter only when written in upper case
             covered = m.end()
             letter = text[m.start() + 1]
-            if letter.isupper() and not hyp:
+            if letter.isupper() and not (hyp or conc):
                 clause.append(["#" + letter, neg])
         else:  # a clause break: ", ; :"
+            scopes.append((m.start(), low[m.start()]))
             if negated_at == len(clause):
                 _reject_back(low, clause, labelled, neg_end, m.start())
             if labelled:
@@ -460,7 +559,7 @@ def read_sentence(text: str) -> Sentence | None:
                 if held:
                     _release(held, clause, sets)
                     held = []
-            clause, neg, neut, negated_at = [], False, False, -1
+            clause, neg, neut, negated_at, conc = [], False, False, -1, False
             clause_from, said = m.end(), []
     if negated_at == len(clause):
         _reject_back(low, clause, labelled, neg_end, len(low))
@@ -484,7 +583,60 @@ def read_sentence(text: str) -> Sentence | None:
         _shared(polarity),
         _shared({c for c in asserted if _IS_DESCRIPTOR[c]}) if is_finding else _NO_SET,
         boxes > 0 or not _VISUAL.isdisjoint(asserted),
+        tuple(scopes),
+        _says(low),
     )
+
+
+_SAYS = re.compile(r"\A\W*(yes|no)\b(?!\s+\w)|\banswer\W+(?:(?:is|would be|will be)\W+)?(yes|no)\b")
+
+
+def _says(low: str) -> str:
+    """"yes" or "no" when the sentence answers in those words: "Yes, a mass ...", "No.", "the answer is no";
+    not "No mass is seen", whose "no" denies what follows."""
+    m = _SAYS.search(low)
+    return (m.group(1) or m.group(2)) if m else ""
+
+
+_DENY_BEFORE = frozenset(("neg", "rel"))  # a cue of these kinds before a mention in its clause denies it
+_DENY_AFTER = frozenset(("post", "rel"))  # ... and of these after it
+_BREAKS = frozenset((",", ";", ":", "clause", "conc", "rev"))
+
+
+def mention(sentence: Sentence, pattern: re.Pattern[str]) -> int:
+    """How ``sentence`` mentions the words ``pattern`` matches (in its ``low`` text): 1 asserted, -1 denied
+    (every mention denied), 0 not at all or only weighed. The scope rules of the lexicon's concepts, for words
+    the lexicon does not know (an option's own text): a negation before it in its clause or a rejection after
+    it denies it ("no villous pattern", "the macula is spared"); a concession, an uncertainty or a
+    hypothetical weighs it without a claim ("although X could be considered", "X cannot be excluded"); a bare
+    negation after a colon rejects the label before it ("X: no")."""
+    found = 0
+    for m in pattern.finditer(sentence.low):
+        at = m.start()
+        start, end, kinds_before, kinds_after, after_colon = 0, len(sentence.low), [], [], None
+        for pos, kind in sentence.scopes:
+            if kind in _BREAKS:
+                if pos < at:
+                    start, kinds_before = pos, [] if kind != "conc" else ["conc"]
+                    continue
+                if kind == ":":
+                    after_colon = pos
+                end = pos
+                break
+            (kinds_before if pos < at else kinds_after).append(kind)
+        if "conc" in kinds_before or "unc" in kinds_before or "unc" in kinds_after or "hyp" in kinds_before:
+            continue
+        denied = not _DENY_BEFORE.isdisjoint(kinds_before) or not _DENY_AFTER.isdisjoint(kinds_after)
+        if not denied and after_colon is not None:  # "X: no", "X: incorrect"
+            rest = sentence.low[after_colon + 1 :].split(",")[0].split(";")[0]
+            denied = rest.strip(" .!?") in _BARE_NEGATIONS
+        if not denied:
+            return 1
+        found = -1
+    return found
+
+
+_BARE_NEGATIONS = frozenset(("no", "not", "incorrect", "wrong", "unlikely", "excluded", "ruled out", "absent"))
 
 
 def _sentences(text: str) -> list[str]:
@@ -503,7 +655,7 @@ def _sentences(text: str) -> list[str]:
 def reading_of(text: str) -> Reading:
     """Read a text into its claims, sentence by sentence (each sentence read once and cached)."""
     sentences = tuple(filter(None, map(read_sentence, _sentences(text))))  # blank ones are None
-    low = text.lower().replace("-", " ")
+    low = american_spelling(text.translate(_MARKUP)).lower().replace("-", " ")
     if not sentences:
         return Reading(low, (), _NO_SET, _NO_SET, _NO_SET, _NO_SET)
     asserted, denied, polarity, descriptors = zip(*map(_CLAIMS, sentences), strict=True)

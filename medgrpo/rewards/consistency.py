@@ -26,12 +26,14 @@ by bending the reasoning to a wrong answer as well as by fixing the answer; the 
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from typing import NamedTuple
 
 from medgrpo.rewards.accuracy import normalize_answer
-from medgrpo.rewards.claims import Reading, Sentence, read
-from medgrpo.rewards.facts import RecordFacts, option_polarity
-from medgrpo.rewards.lexicon import IMPLIED, conflict
+from medgrpo.rewards.claims import Reading, Sentence, mention, read
+from medgrpo.rewards.facts import RecordFacts, YesNo, word_pattern
+from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, agree, conflict
 
 NO_CONCLUSION = 0.25
 """Score of a reasoning that reaches no conclusion: low, but above an outright contradiction."""
@@ -56,23 +58,6 @@ _NO_CONCLUSION = Verdict(NO_CONCLUSION, "none")
 _EMPTY = Verdict(0.0, "empty")
 
 
-_NEGATORS = {"no", "not", "without", "than", "nor", "neither"}
-
-
-def _literal_in(low: str, phrase: str) -> bool:
-    """``phrase`` occurs in ``low`` as whole words and not right after a negation ("not a cyst")."""
-    if not phrase:
-        return False
-    at = low.find(phrase)
-    while at >= 0:
-        after = at + len(phrase)
-        if (at == 0 or not low[at - 1].isalnum()) and (after >= len(low) or not low[after].isalnum()):
-            if not _NEGATORS.intersection(low[max(0, at - 16) : at].split()[-2:]):
-                return True
-        at = low.find(phrase, at + 1)
-    return False
-
-
 def denies_option(reading: Reading, facts: RecordFacts, i: int) -> bool:
     """The reasoning denies option ``i``'s concepts and never asserts them ("not an MRI", "MRI: no"). Options
     that stand for a polarity ("No lesion") are read through the polarity the reasoning states instead."""
@@ -91,24 +76,73 @@ def by_letter(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     return sentence.letters.intersection(facts.letters) - sentence.denied_letters
 
 
+def stance(sentence: Sentence, yes_no: YesNo) -> str:
+    """What one sentence answers to a yes/no question: "yes", "no" or "" (nothing). Its own "Yes," / "No." /
+    "the answer is no" first; else the polarity it asserts for the question's own subject, so that pertinent
+    negatives about other things ("no effusion" beside a pneumothorax) answer nothing:
+
+    * "is it normal?" / "are the lungs clear?": the whole image's polarity (or "clear" itself);
+    * a finding ("is there a pneumothorax?"): asserting it (or a compatible one) says yes; denying it, or
+      calling the whole image normal, says no; a qualifier the question adds ("on the left") asserted
+      opposite ("on the right") says no;
+    * a generic abnormality ("is there a lesion?"): the whole image's polarity;
+    * a side or place ("is the lesion on the left?"), a modality ("is this a CT?"), an anatomy ("does it show
+      the liver?"): asserting it says yes; asserting another of its kind, or denying it, says no;
+    * words the lexicon does not know ("is there mediastinal shift?"): asserted or denied (:func:`mention`).
+    """
+    if sentence.says:
+        return sentence.says
+    head, polarity = yes_no.head, sentence.polarity
+    said = ""
+    if head:
+        if head == _NORMAL_SET or head == _ABNORMAL_SET:
+            if len(polarity) == 1:
+                said = "yes" if head == polarity else "no"
+        elif any(agree(a, h) for a in sentence.asserted for h in head):
+            said = "yes"
+        elif head <= sentence.denied or polarity == _NORMAL_SET and CATEGORY[next(iter(head))] == "finding":
+            said = "no"
+        elif any(conflict(a, h) for a in sentence.asserted for h in head):
+            said = "no"
+        if said == "yes" and yes_no.where:
+            if any(conflict(a, w) for a in sentence.asserted for w in yes_no.where) or (
+                yes_no.where <= sentence.denied
+            ):
+                said = "no"
+    if not said and yes_no.words is not None:
+        said = _SAID[mention(sentence, yes_no.words)]
+    return said
+
+
+_NORMAL_SET, _ABNORMAL_SET = frozenset(("normal",)), frozenset(("abnormal",))
+_SAID = {1: "yes", -1: "no", 0: ""}
+
+
 def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     """The option letters one sentence commits to by content, not counting denied mentions:
 
+    * a yes/no question: the answer its :func:`stance` gives;
     * an option that stands for a polarity ("no abnormality", "abnormality on the left side"): the sentence
       states that polarity alone, and asserts the option's other concepts ("left");
-    * any other option: its text, word for word; or, when no other option has the same lexicon concepts
-      (the lexicon reads "nodule" and "mass" alike, so those two need their own words), its concepts.
+    * any other option: its words as written (plurals allowed; negated, weighed and rejected mentions read
+      by :func:`mention`); or its lexicon concepts, when they say all the option says ("Left upper
+      quadrant", not "Left ventricle") and no other option has the same concepts (the lexicon reads "nodule"
+      and "mass" alike, so those two need their own words); failing every option, its own words, found in no
+      other option ("aortic arch" for "Aortic knob", "optic nerve head" for "Optic disc").
 
     When one matched option's concepts are a strict subset of another's, the more specific option wins; an
     option naming a part ("left side") loses to one naming the whole ("both sides", see ``IMPLIED``).
     Not cached itself: :func:`contents` caches it per record, as sentences recur across a prompt's completions.
     """
-    if not (sentence.asserted or sentence.denied or sentence.polarity) and not any(
-        map(sentence.low.__contains__, filter(None, facts.option_literal))
-    ):  # no claim, and no option's words: nothing below can match (most new sentences end here)
-        return _NONE
-    hits: set[str] = set()
-    by_text: list[int] = []
+    yes_no = facts.yes_no
+    if yes_no is not None:
+        said = stance(sentence, yes_no)
+        return frozenset((yes_no.yes if said == "yes" else yes_no.no,)) if said else _NONE
+    worded = facts.option_any is not None and facts.option_any.search(sentence.low) is not None
+    if not (worded or sentence.asserted or sentence.denied or sentence.polarity):
+        return _NONE  # no claim, and no option's words: nothing below can match (most new sentences end here)
+    named: list[int] = []
+    loose: list[int] = []
     for i, concepts in enumerate(facts.option_concepts):
         polarity = facts.option_polarity[i]
         if polarity is not None:
@@ -117,13 +151,19 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
                 and _OPPOSITE[polarity] not in sentence.polarity
                 and concepts - _POLAR <= sentence.asserted
             ):
-                by_text.append(i)
-        elif concepts and concepts <= sentence.denied and not concepts <= sentence.asserted:
+                named.append(i)
             continue
-        elif _literal_in(sentence.low, facts.option_literal[i]) or (
-            concepts and concepts <= sentence.asserted and facts.option_concepts.count(concepts) == 1
+        words = mention(sentence, facts.option_words[i]) if worded and facts.option_words[i] else 0
+        if words < 0 or (words == 0 and concepts and concepts <= sentence.denied and not concepts <= sentence.asserted):
+            continue
+        if words > 0 or (
+            facts.option_covered[i] and concepts <= sentence.asserted and facts.option_concepts.count(concepts) == 1
         ):
-            by_text.append(i)
+            named.append(i)
+        elif worded and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0:
+            loose.append(i)
+    hits: set[str] = set()
+    by_text = named or loose
     for i in by_text:
         concepts = facts.option_concepts[i]
         if not any(
@@ -191,51 +231,88 @@ class Commitments(NamedTuple):
     content: frozenset[str]  # the options any sentence commits to by content
     mixed: bool  # the concluding sentence names one option by letter and another, or a class not offered,
                  # by content
+    said: frozenset[str]  # the options the concluding sentence commits to by content
+
+
+def _conclusion(sentences: tuple[Sentence, ...], committed: list[frozenset[str]]) -> tuple[frozenset[str], int]:
+    """Rule 2: the last sentence with a conclusion cue that commits to something; failing that, the last that
+    commits to something (``committed``: each sentence's commitments). ``(hits, index)``."""
+    hits, index = _NONE, len(sentences)
+    for i in range(len(sentences) - 1, -1, -1):
+        if committed[i]:
+            if sentences[i].cue:
+                return committed[i], i
+            if not hits:
+                hits, index = committed[i], i
+    return hits, index
+
+
+def _left_standing(reading: Reading, facts: RecordFacts) -> frozenset[str]:
+    """An option-by-option elimination's conclusion: the one option the reasoning does not reject when it
+    rejects every other one (by letter, words or concepts), else nothing."""
+    standing = []
+    for i, letter in enumerate(facts.letters):
+        words = facts.option_words[i]
+        rejected = any(letter in s.denied_letters for s in reading.sentences) or denies_option(reading, facts, i)
+        if not rejected and words is not None:
+            said = [mention(s, words) for s in reading.sentences]
+            rejected = -1 in said and 1 not in said
+        if not rejected:
+            standing.append(letter)
+            if len(standing) > 1:
+                return _NONE
+    return frozenset(standing)
 
 
 def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
-    """The conclusion (rule 2 above) and the content commitments before and around it, in one pass over the
-    sentences: consistency and three evidence criteria all need them."""
+    """The conclusion (rule 2 above, or what an elimination leaves standing) and the content commitments
+    before and around it, in one pass over the sentences: consistency and three evidence criteria need them."""
     sentences = reading.sentences
     if not facts.is_mcq:
-        return Commitments(_NONE, len(sentences), _NONE, _NONE, False)
+        return Commitments(_NONE, len(sentences), _NONE, _NONE, False, _NONE)
     content = contents(sentences, facts)
-    hits, index = _NONE, len(sentences)  # the last sentence that commits to something, unless a cue comes
-    for i in range(len(sentences) - 1, -1, -1):
-        s = sentences[i]
-        committed = content[i] | by_letter(s, facts) if s.letters else content[i]
-        if committed:
-            if s.cue:
-                hits, index = committed, i
-                break
-            if not hits:
-                hits, index = committed, i
+    committed = [content[i] | by_letter(s, facts) if s.letters else content[i] for i, s in enumerate(sentences)]
+    hits, index = _conclusion(sentences, committed)
+    if not hits and len(facts.letters) > 2 and sentences:
+        hits = _left_standing(reading, facts)
+        if hits:
+            return Commitments(hits, len(sentences) - 1, _NONE.union(*content), _NONE.union(*content), False, hits)
     mixed = False
     if hits and sentences[index].letters:
         letters, said = by_letter(sentences[index], facts), content[index]
         mixed = bool(letters and said and not letters & said) or (
             len(letters) == 1 and not said and _names_against(sentences[index], facts, next(iter(letters))))
     body = _NONE.union(*content[:index])
-    return Commitments(hits, index, body, body.union(*content[index:]), mixed)
+    said = content[index] if hits else _NONE
+    return Commitments(hits, index, body, body.union(*content[index:]), mixed, said)
 
 
 def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
     words = normalize_answer(answer)
     if not words:
         return _EMPTY
-    if len(words) == 1 and words[0] in ("yes", "no"):
-        polarity = option_polarity(words[0], facts.question_low)
-        if polarity is not None and reading.polarity:
-            if reading.polarity == {polarity}:
-                return _AGREE
-            return _CONTRADICT
-        return _NO_CONCLUSION
+    if len(words) == 1 and words[0] in ("yes", "no") and facts.yes_no is not None:
+        said = [stance(s, facts.yes_no) for s in reading.sentences]
+        concluded, _ = _conclusion(reading.sentences, [frozenset((a,)) if a else _NONE for a in said])
+        if not concluded:
+            return _NO_CONCLUSION
+        return _AGREE if concluded == {words[0]} else _CONTRADICT
     concepts = read(answer).asserted
     if concepts and concepts <= reading.denied and not concepts <= reading.asserted:
         return _CONTRADICT
-    if (concepts and concepts <= reading.asserted) or _literal_in(reading.low, " ".join(words)):
+    if concepts and concepts <= reading.asserted:
         return _AGREE
-    return _NO_CONCLUSION
+    pattern = _answer_pattern(" ".join(words))
+    said = [mention(s, pattern) for s in reading.sentences]
+    if 1 in said:
+        return _AGREE
+    return _CONTRADICT if -1 in said else _NO_CONCLUSION
+
+
+@lru_cache(maxsize=1 << 12)
+def _answer_pattern(words: str) -> re.Pattern[str]:
+    """A free-text answer's words as a pattern (plurals allowed)."""
+    return word_pattern(words.split())
 
 
 def consistency_verdict(
@@ -298,4 +375,4 @@ def reasoning_accuracy(reading: Reading | None, facts: RecordFacts, argument: Co
         return None
     if reading is None or denies_option(reading, facts, facts.letters.index(facts.answer)):
         return 0.0
-    return float((argument.content or argument.hits) == {facts.answer})
+    return float((argument.said or argument.hits) == {facts.answer})

@@ -13,13 +13,115 @@ from typing import Any
 
 from medgrpo.data.record import LETTERS, MedADRecord
 from medgrpo.rewards.claims import read
-from medgrpo.rewards.lexicon import CATEGORY
+from medgrpo.rewards.lexicon import CATEGORY, PHRASES, american_spelling
 
 Box = tuple[float, float, float, float]
 
 _YES = {"yes", "present", "true", "positive"}
 _NO = {"no", "absent", "false", "negative"}
 _WORD_RE = re.compile(r"[a-z0-9]+")
+
+
+_PLAIN = frozenset((
+    "a", "an", "the", "of", "in", "on", "at", "to", "with", "and", "or", "by", "for", "from", "is", "are", "this",
+    "that", "side", "sided", "lobe", "region", "area", "quadrant", "zone", "part", "portion", "view", "image",
+    "imaging", "scan", "study", "sequence", "type", "only", "both", "seen", "present", "finding", "findings",
+    "appearance", "pattern", "changes", "disease", "structure", "tissue", "cell", "cells", "normal",
+))
+"""Words an option can hold without saying more than its lexicon concepts ("Left upper *quadrant*"); they
+never tell one option from another on their own either."""
+
+
+def word_pattern(words: list[str]) -> re.Pattern[str] | None:
+    """The words in order, as whole words, with any separator between them and plurals allowed."""
+    if not words:
+        return None
+    parts = [re.escape(w[:-1] if w.endswith("s") and len(w) > 3 else w) + r"(?:s|es)?" for w in words]
+    return re.compile(r"(?<![\w])" + r"\W+".join(parts) + r"(?![\w])")
+
+
+def _option_words(option: str) -> list[str]:
+    return _WORD_RE.findall(american_spelling(option).lower())
+
+
+def _any_word(words: list[list[str]]) -> re.Pattern[str] | None:
+    """A pattern of every word of four letters or more in any option (a quick test before the others)."""
+    every = sorted({w for option in words for w in option if len(w) >= 4 and w not in _PLAIN})
+    return re.compile("|".join(re.escape(w[:-1] if w.endswith("s") else w) for w in every)) if every else None
+
+
+def _keys(words: list[str], others: list[list[str]]) -> re.Pattern[str] | None:
+    """A pattern of the option's own words: those no other option holds, of four letters or more, neither
+    plain nor lexicon phrases (a concept is matched through the lexicon, where its negation is read)."""
+    taken = {w for other in others for w in other}
+    own = sorted({w for w in words if len(w) >= 4 and w not in taken and w not in _PLAIN and w not in PHRASES})
+    if not own:
+        return None
+    return re.compile(r"(?<![\w])(?:" + "|".join(re.escape(w) for w in own) + r")(?![\w])")
+
+
+@dataclass(frozen=True)
+class YesNo:
+    """What "Yes" claims for a yes/no question: the concepts the question asks about (``head``: "is there a
+    pneumothorax?" asks about {pneumothorax}, "is this a CT?" about {ct}, "is it normal?" about {normal}) and
+    the ones that qualify it (``where``: "on the left?"); or, for a subject the lexicon does not know
+    ("is there mediastinal shift?"), its words (``words``)."""
+
+    yes: str  # the letter of "Yes"
+    no: str  # the letter of "No"
+    head: frozenset[str]
+    where: frozenset[str]
+    words: re.Pattern[str] | None
+
+
+_ASKS = re.compile(
+    r"^(?:is|are|was|were|does|do|did|can|could|has|have)\s+(?:there\s+|this\s+|these\s+|it\s+|the\s+|an?\s+|"
+    r"you\s+)*(?:(?:image|picture|scan|study|film|photo|photograph|slide)s?\s+)?"
+    r"(?:(?:show|shows|showing|demonstrate|depict|reveal|contain|see|have|has|evidence of|any|signs? of|"
+    r"obtained with|taken with|acquired with|acquired by|an?|the)\s+)*"
+)
+
+
+_AUX = frozenset(("is", "are", "was", "were", "does", "do", "did", "can", "could", "has", "have"))
+
+
+def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
+    """The subject of a yes/no question: with options "Yes" and "No" (any order), or open-ended and opening
+    with an auxiliary verb ("Is there ...", "Does this image show ..."; then "yes" and "no" stand for the
+    letters)."""
+    if options:
+        words = [_WORD_RE.findall(o.lower()) for o in options]
+        if len(options) != 2 or sorted(w[0] if len(w) == 1 else "" for w in words) != ["no", "yes"]:
+            return None
+        yes = LETTERS[0] if words[0] == ["yes"] else LETTERS[1]
+        no = LETTERS[1] if yes == LETTERS[0] else LETTERS[0]
+    elif question.split()[:1] and question.split()[0].lower() in _AUX:
+        yes, no = "yes", "no"
+    else:
+        return None
+    asked = read(question.rstrip().rstrip("?")).asserted  # as a statement: a question claims nothing
+    by_cat: dict[str, set[str]] = {}
+    for c in asked:
+        by_cat.setdefault(CATEGORY[c], set()).add(c)
+    where = frozenset(by_cat.get("laterality", set()) | by_cat.get("location", set()))
+    subject = _ASKS.sub("", " ".join(_WORD_RE.findall(american_spelling(question).lower())))
+    subject = re.split(r"\s(?:in|on|at|of|within|seen|visible|present|noted|identified)\s", f" {subject} ")[0]
+    phrases = _phrases(frozenset(asked))
+    # the subject's words the lexicon does not read: "is the heart *enlarged*?", "are the lungs *clear*?"
+    unread = [w for w in subject.split() if w not in _PLAIN and not any(w in p.split() for p in phrases)]
+    words = word_pattern(unread[:4]) if unread else None
+    if "clear" in unread:  # "are the lungs clear?" asks whether they are normal
+        by_cat.setdefault("normal", set()).add("normal")
+    for cats in (("normal",), ("finding",), ("generic",), ("laterality", "location"), ("modality",), ("anatomy",)):
+        head = frozenset(c for cat in cats for c in by_cat.get(cat, ()))
+        if not head:
+            continue
+        if cats == ("generic",) and where:  # "is the lesion on the left?": the side is what is asked
+            return YesNo(yes, no, where, frozenset(), words)
+        if cats[0] in ("modality", "anatomy") and words is not None:  # "is the heart enlarged?"
+            return YesNo(yes, no, frozenset(), frozenset(), words)
+        return YesNo(yes, no, head, where - head, words)
+    return YesNo(yes, no, frozenset(), frozenset(), words)
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +140,13 @@ class RecordFacts:
     option_concepts: tuple[frozenset[str], ...]  # concepts each option text asserts
     option_literal: tuple[str, ...]  # lower-cased option text, for options the lexicon cannot read
     option_polarity: tuple[str | None, ...]  # "normal" / "abnormal" / None
+    option_words: tuple[re.Pattern[str] | None, ...]  # each option's text as written, plurals allowed
+    option_keys: tuple[re.Pattern[str] | None, ...]  # its own words, found in no other option ("aortic")
+    option_covered: tuple[bool, ...]  # its concepts say all it says ("Left upper quadrant"; not "Left
+                                      # ventricle"), so naming them names it
+    option_any: re.Pattern[str] | None  # any of the options' words: a sentence without them names no option
+                                        # by its words
+    yes_no: YesNo | None  # the subject of a yes/no question ("Yes"/"No" options, or open-ended)
     question_low: str
     abnormal: bool | None
     modality: frozenset[str]
@@ -129,15 +238,26 @@ def _facts(key: str) -> RecordFacts:
     answer = row["answer"] if isinstance(row["answer"], str) else ""
     abnormal = ev.get("abnormal")
     appearance = ev.get("appearance") if isinstance(ev.get("appearance"), list) else []
+    words = [_option_words(o) for o in options]
+    concepts = tuple(read(o).asserted for o in options)
+    yes_no = _yes_no(question, options) if len(options) in (0, 2) else None
     return RecordFacts(
         id=str(row["id"]),
         task=str(row["task"]),
         answer=answer,
         options=options,
         letters=LETTERS[: len(options)],
-        option_concepts=tuple(read(o).asserted for o in options),
-        option_literal=tuple(" ".join(_WORD_RE.findall(o.lower())) for o in options),
-        option_polarity=_polarities(options, question),
+        option_concepts=concepts,
+        option_literal=tuple(" ".join(w) for w in words),
+        option_polarity=(None,) * len(options) if yes_no else _polarities(options, question),
+        option_words=tuple(map(word_pattern, words)),
+        option_keys=tuple(_keys(w, words[:i] + words[i + 1 :]) for i, w in enumerate(words)),
+        option_covered=tuple(
+            bool(c) and all(w in _PLAIN or any(w in p.split() for p in _phrases(c)) for w in ws)
+            for c, ws in zip(concepts, words, strict=True)
+        ),
+        option_any=_any_word(words),
+        yes_no=yes_no,
         question_low=question.lower(),
         abnormal=abnormal if isinstance(abnormal, bool) else None,
         modality=_concepts(ev.get("modality") or row["modality"], ("modality",)),
@@ -150,6 +270,12 @@ def _facts(key: str) -> RecordFacts:
         open_answer="" if options else " ".join(_WORD_RE.findall(answer.lower())),
         is_mcq=bool(options),
     )
+
+
+@lru_cache(maxsize=1 << 12)
+def _phrases(concepts: frozenset[str]) -> tuple[str, ...]:
+    """The lexicon's surface phrases of ``concepts``."""
+    return tuple(p for p, c in PHRASES.items() if c in concepts)
 
 
 def facts_of(record: MedADRecord) -> RecordFacts:

@@ -41,18 +41,33 @@ from medgrpo.rewards.settings import CRITERIA, JudgeSettings, RewardSettingsErro
 
 logger = logging.getLogger(__name__)
 
-RUBRIC_VERSION = "medad-r1-evidence-v1"
+RUBRIC_VERSION = "medad-r1-evidence-v2"
 """Part of every cache key: change it whenever the rubric text changes."""
 
 RUBRIC = """You grade the diagnostic reasoning of a medical imaging assistant. Score each criterion from 0
-to 1:
+to 1. Read the reasoning as a radiologist would, in every criterion:
+- Markdown, headings, bullets and numbered steps are layout only: grade what is said, not how it is set out.
+- Synonyms, abbreviations and British spellings name the same thing (adenocarcinoma = malignant glandular
+  neoplasm, PE = pulmonary embolism, ICH = intracranial haemorrhage, CXR = chest radiograph, T2W/FLAIR = MRI
+  sequences, haemorrhage = hemorrhage, optic nerve head = optic disc).
+Criteria:
 - visual_grounding: the reasoning describes what the image shows (modality, anatomy, the finding and where it
   is) in agreement with the reference findings, and any cited box lies on the finding.
 - question_relevance: the reasoning addresses what the question asks, not something else.
-- answer_support: the reasoning's observations lead to the chosen answer.
+- answer_support: the reasoning's final conclusion leads to the chosen answer. Find that conclusion like this:
+  - Yes/No question: the polarity the reasoning asserts for the question's own subject decides, not any
+    negation in the text; pertinent negatives about other things ("no effusion") do not deny the finding.
+  - An option mentioned only to be rejected ("argues against X", "although X could be considered") is not
+    the conclusion.
+  - After a change of mind ("initially X ... on reflection, Y"), the last committed conclusion wins.
+  - Option-by-option elimination concludes the option left standing.
+  - A hedge across options ("A or C") does not support one chosen answer fully: score it lower than a
+    committed conclusion.
 - no_hallucination: 1 when the reasoning claims nothing the reference findings contradict or lack (a lesion
   on a normal image, the wrong side, another modality), lower for each such claim.
-- no_contradiction: 1 when the reasoning never contradicts itself or the chosen answer.
+- no_contradiction: 1 when the reasoning never contradicts itself or the chosen answer. Not contradictions:
+  pertinent negatives, rejected options, an earlier view the reasoning itself revised, one thing named by a
+  synonym or abbreviation. A final conclusion that differs from the chosen answer is one.
 Reply with one JSON object and nothing else, e.g. {"visual_grounding": 0.8, "question_relevance": 1,
 "answer_support": 0.5, "no_hallucination": 1, "no_contradiction": 1}"""
 

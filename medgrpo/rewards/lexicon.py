@@ -283,9 +283,35 @@ PHRASES: dict[str, str] = {}
 """normalised surface phrase -> concept."""
 
 
+# British spellings of medical words, read as the American ones the tables list: one pattern of the stems that
+# differ ("haem", "oedema", "tumour", "centre"), so a phrase needs one spelling and an option written one way
+# matches reasoning written the other.
+_AMERICAN = {
+    "aem": "em", "paed": "ped", "caec": "cec", "faec": "fec", "gynaec": "gynec", "anaesth": "anesth",
+    "aetiol": "etiol", "naev": "nev", "oedem": "edem", "oesophag": "esophag", "oestr": "estr", "foet": "fet",
+    "coel": "cel", "rrhoea": "rrhea", "pnoea": "pnea", "tumour": "tumor", "colour": "color", "favour": "favor",
+    "behaviour": "behavior", "odour": "odor", "centred": "centered", "centre": "center", "fibre": "fiber",
+    "calibre": "caliber", "grey": "gray",
+}
+_BRITISH = re.compile("|".join(sorted(_AMERICAN, key=len, reverse=True)), re.IGNORECASE)
+
+
+def _american(m: re.Match) -> str:
+    word = m.group(0)
+    out = _AMERICAN[word.lower()]
+    return out.capitalize() if word[0].isupper() else out
+
+
+def american_spelling(text: str) -> str:
+    """``text`` with British spellings of medical words in American spelling ("Haemorrhage" -> "Hemorrhage",
+    "oedema" -> "edema", "tumours" -> "tumors", "centre" -> "center"); the first letter keeps its case."""
+    return _BRITISH.sub(_american, text) if _BRITISH.search(text) else text
+
+
 def norm_phrase(text: str) -> str:
-    """Lower case, hyphens/underscores/slashes as spaces, single spaces: how phrases are compared."""
-    return " ".join(re.sub(r"[-_/]", " ", text.lower()).split())
+    """American spelling, lower case, hyphens/underscores/slashes as spaces, single spaces: how phrases are
+    compared."""
+    return " ".join(re.sub(r"[-_/]", " ", american_spelling(text).lower()).split())
 
 
 for _cat, _concepts in _TABLE.items():
