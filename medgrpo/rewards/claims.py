@@ -96,7 +96,9 @@ _CUES: dict[str, str] = {
             "argues against",
             "argue against",
             "arguing against",
-            "against",
+            "speaks against",
+            "speak against",
+            "evidence against",
             "not suggestive of",
             "not typical of",
             "not characteristic of",
@@ -128,6 +130,25 @@ _CUES: dict[str, str] = {
             "differential",
             "differentials",
             "ddx",
+            # what an entity would or typically does show is a statement about it, not a claim about the image
+            "would show",
+            "would have",
+            "would appear",
+            "would look",
+            "would typically",
+            "would usually",
+            "would demonstrate",
+            "would be expected",
+            "would be seen",
+            "would contain",
+            "would produce",
+            "would not",
+            "would require",
+            "typically",
+            "usually",
+            "classically",
+            "tends to",
+            "tend to",
         ),
         "unc",
     ),
@@ -162,7 +183,8 @@ _CUES: dict[str, str] = {
         ),
         "hyp",
     ),
-    **dict.fromkeys(("but", "whereas", "yet"), "clause"),
+    # "and" before a new subject ends a negation's list: "no cardiomegaly and the heart size is normal"
+    **dict.fromkeys(("but", "whereas", "yet", "and the", "and there", "and its", "and this"), "clause"),
     # a revision closes the clause before it and concludes: the last committed conclusion wins
     **dict.fromkeys(
         (
@@ -285,6 +307,15 @@ _LETTER_AFTER = re.compile(
     r"(?:option\s+|letter\s+)?\(?([A-J])\)?(?![\w'\u2019])"
 )
 _MARKUP = str.maketrans("", "", "*`#")  # markdown emphasis, code and headings: layout, not words
+# option letters written bare, in forms no article takes: "so not A", "rules out B"; "C is correct"
+_LETTER_DENIED = re.compile(
+    r"\b(?:not|excludes?|excluding|eliminates?|rules?\s+out|ruling\s+out|rather\s+than|except)\s+"
+    r"(?:option\s+)?\(?([A-J])\)?(?![\w'\u2019])"
+)
+_LETTER_FIRST = re.compile(
+    r"\A\W*\(?([A-J])\)?\s+(?:is|seems|appears|would\s+be|must\s+be)\s+(?:the\s+)?(?:most\s+)?"
+    r"(?:correct|right|best|answer|likely)"
+)
 
 
 @dataclass(eq=False, slots=True)
@@ -568,6 +599,13 @@ def read_sentence(text: str) -> Sentence | None:
     _flush(clause, neut, *sets)
     if held:
         _release(held, clause, sets)
+    if not hyp:
+        if "not" in low or "ex" in low or "rul" in low or "rather" in low:
+            denied_letters.update(m.group(1) for m in _LETTER_DENIED.finditer(text))
+        first = _LETTER_FIRST.match(text)
+        if first:
+            letters.add(first.group(1))
+            cue = True
     for whole, parts in IMPLIED.items():
         if parts <= asserted:
             asserted.add(whole)
@@ -614,9 +652,11 @@ def mention(sentence: Sentence, pattern: re.Pattern[str]) -> int:
     for m in pattern.finditer(sentence.low):
         at = m.start()
         start, end, kinds_before, kinds_after, after_colon = 0, len(sentence.low), [], [], None
+        listed = False  # the clause before a comma denied something: a list may run on ("no X, Y or Z")
         for pos, kind in sentence.scopes:
             if kind in _BREAKS:
                 if pos < at:
+                    listed = kind == "," and (listed or "neg" in kinds_before)
                     start, kinds_before = pos, [] if kind != "conc" else ["conc"]
                     continue
                 if kind == ":":
@@ -627,16 +667,28 @@ def mention(sentence: Sentence, pattern: re.Pattern[str]) -> int:
         if "conc" in kinds_before or "unc" in kinds_before or "unc" in kinds_after or "hyp" in kinds_before:
             continue
         denied = not _DENY_BEFORE.isdisjoint(kinds_before) or not _DENY_AFTER.isdisjoint(kinds_after)
-        if not denied and after_colon is not None:  # "X: no", "X: incorrect"
-            rest = sentence.low[after_colon + 1 :].split(",")[0].split(";")[0]
-            denied = rest.strip(" .!?") in _BARE_NEGATIONS
+        if listed and not denied:  # "no lesion in the right upper, left lower or right lower quadrants"
+            gap = sentence.low[start + 1 : at].split()
+            denied = all(w in _LIST_WORDS for w in gap)
+        if not denied and "neg" in kinds_after:  # "X - no.": a negation that ends the clause rejects it
+            after = next(pos for pos, kind in sentence.scopes if pos >= at and kind == "neg")
+            denied = not _FIRST_WORD.sub("", sentence.low[after:end], count=1).strip(" .!?")
+        if not denied and after_colon is not None:  # "X: no", "X: incorrect", "X: no dome-shaped elevation"
+            rest = sentence.low[after_colon + 1 :].split(",")[0].split(";")[0].strip(" .!?")
+            label = sentence.low[start:after_colon].replace(m.group(0), " ")
+            denied = rest in _BARE_NEGATIONS or (
+                rest.split(" ", 1)[0] in _BARE_NEGATIONS and not _LABEL_WORDS.search(label)
+            )
         if not denied:
             return 1
         found = -1
     return found
 
 
+_LIST_WORDS = _LIST_FILLERS.union(*(phrase.split() for phrase in PHRASES))  # what a list holds
+_FIRST_WORD = re.compile(r"\A\W*\w+")
 _BARE_NEGATIONS = frozenset(("no", "not", "incorrect", "wrong", "unlikely", "excluded", "ruled out", "absent"))
+_LABEL_WORDS = re.compile(r"[a-z]{2,}(?<!option)(?<!choice)\b")  # a label that says more than the mention
 
 
 def _sentences(text: str) -> list[str]:

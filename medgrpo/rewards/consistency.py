@@ -157,7 +157,9 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
         if words < 0 or (words == 0 and concepts and concepts <= sentence.denied and not concepts <= sentence.asserted):
             continue
         if words > 0 or (
-            facts.option_covered[i] and concepts <= sentence.asserted and facts.option_concepts.count(concepts) == 1
+            facts.option_covered[i]
+            and facts.option_marks[i] <= sentence.asserted
+            and facts.option_marks.count(facts.option_marks[i]) == 1
         ):
             named.append(i)
         elif worded and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0:
@@ -247,17 +249,31 @@ def _conclusion(sentences: tuple[Sentence, ...], committed: list[frozenset[str]]
     return hits, index
 
 
+def _concluded(sentences: tuple[Sentence, ...], committed: list[frozenset[str]]) -> tuple[frozenset[str], int]:
+    """The last sentence with a conclusion cue that commits to something, ``(hits, index)``, else nothing."""
+    for i in range(len(sentences) - 1, -1, -1):
+        if committed[i] and sentences[i].cue:
+            return committed[i], i
+    return _NONE, len(sentences)
+
+
+def _rejected(reading: Reading, facts: RecordFacts, i: int) -> bool:
+    """The reasoning rejects option ``i`` (by letter, words or concepts) and never asserts its words."""
+    if any(facts.letters[i] in s.denied_letters for s in reading.sentences) or denies_option(reading, facts, i):
+        return True
+    words = facts.option_words[i]
+    if words is None:
+        return False
+    said = [mention(s, words) for s in reading.sentences]
+    return -1 in said and 1 not in said
+
+
 def _left_standing(reading: Reading, facts: RecordFacts) -> frozenset[str]:
     """An option-by-option elimination's conclusion: the one option the reasoning does not reject when it
     rejects every other one (by letter, words or concepts), else nothing."""
     standing = []
     for i, letter in enumerate(facts.letters):
-        words = facts.option_words[i]
-        rejected = any(letter in s.denied_letters for s in reading.sentences) or denies_option(reading, facts, i)
-        if not rejected and words is not None:
-            said = [mention(s, words) for s in reading.sentences]
-            rejected = -1 in said and 1 not in said
-        if not rejected:
+        if not _rejected(reading, facts, i):
             standing.append(letter)
             if len(standing) > 1:
                 return _NONE
@@ -273,6 +289,16 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
     content = contents(sentences, facts)
     committed = [content[i] | by_letter(s, facts) if s.letters else content[i] for i, s in enumerate(sentences)]
     hits, index = _conclusion(sentences, committed)
+    if hits and not content[index]:
+        # A conclusion by letter alone ("**Answer: B**") restates the answer; the reasoning concluded where it
+        # last committed by content, and that conclusion stands beside the letter: a letter of another option
+        # contradicts it, one of a hedge's options stays a hedge.
+        argued, at = _concluded(sentences[:index], content[:index])
+        argued = frozenset(a for a in argued if not _rejected(reading, facts, facts.letters.index(a)))
+        if argued and not argued <= hits:
+            return Commitments(
+                argued | hits, at, _NONE.union(*content[:at]), _NONE.union(*content), not argued & hits, argued
+            )
     if not hits and len(facts.letters) > 2 and sentences:
         hits = _left_standing(reading, facts)
         if hits:

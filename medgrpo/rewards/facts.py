@@ -32,16 +32,38 @@ _PLAIN = frozenset((
 never tell one option from another on their own either."""
 
 
+def _phrase(words: list[str]) -> str:
+    return r"\W+".join(re.escape(w[:-1] if w.endswith("s") and len(w) > 3 else w) + r"(?:s|es)?" for w in words)
+
+
 def word_pattern(words: list[str]) -> re.Pattern[str] | None:
-    """The words in order, as whole words, with any separator between them and plurals allowed."""
+    """The words in order, as whole words, with any separator between them and plurals allowed; words joined
+    by "or" also one by one with the last word ("intraretinal or subretinal fluid": "subretinal fluid"); three
+    words or more also as their initials ("Small bowel obstruction": "SBO", "Diabetic macular edema": "DME")."""
     if not words:
         return None
-    parts = [re.escape(w[:-1] if w.endswith("s") and len(w) > 3 else w) + r"(?:s|es)?" for w in words]
-    return re.compile(r"(?<![\w])" + r"\W+".join(parts) + r"(?![\w])")
+    alternatives = [_phrase(words)]
+    if "or" in words[1:-1]:
+        cut = words.index("or")
+        alternatives += [_phrase(words[cut - 1 : cut] + words[-1:]), _phrase(words[cut + 1 :])]
+    content = [w for w in words if w not in _PLAIN and not w.isdigit()]
+    if len(content) >= 2 and len(words) == len(content) and (len(content) >= 3 or len(words) == 2):
+        alternatives.append("".join(w[0] for w in content))
+    return re.compile(r"(?<![\w])(?:" + "|".join(alternatives) + r")(?![\w])")
 
 
 def _option_words(option: str) -> list[str]:
     return _WORD_RE.findall(american_spelling(option).lower())
+
+
+def _marks(concepts: tuple[frozenset[str], ...], question: str) -> tuple[frozenset[str], ...]:
+    """Each option's concepts less the context: those the question names and those every option with concepts
+    shares; an option left with none keeps its own."""
+    named = [c for c in concepts if c]
+    context = read(question.rstrip().rstrip("?")).asserted | (
+        frozenset.intersection(*named) if len(named) > 1 else frozenset()
+    )
+    return tuple((c - context) or c for c in concepts)
 
 
 def _any_word(words: list[list[str]]) -> re.Pattern[str] | None:
@@ -50,10 +72,11 @@ def _any_word(words: list[list[str]]) -> re.Pattern[str] | None:
     return re.compile("|".join(re.escape(w[:-1] if w.endswith("s") else w) for w in every)) if every else None
 
 
-def _keys(words: list[str], others: list[list[str]]) -> re.Pattern[str] | None:
-    """A pattern of the option's own words: those no other option holds, of four letters or more, neither
-    plain nor lexicon phrases (a concept is matched through the lexicon, where its negation is read)."""
-    taken = {w for other in others for w in other}
+def _keys(words: list[str], others: list[list[str]], asked: set[str]) -> re.Pattern[str] | None:
+    """A pattern of the option's own words: those no other option holds and the question does not use, of four
+    letters or more, neither plain nor lexicon phrases (a concept is matched through the lexicon, where its
+    negation is read)."""
+    taken = asked.union(*others)
     own = sorted({w for w in words if len(w) >= 4 and w not in taken and w not in _PLAIN and w not in PHRASES})
     if not own:
         return None
@@ -142,6 +165,8 @@ class RecordFacts:
     option_polarity: tuple[str | None, ...]  # "normal" / "abnormal" / None
     option_words: tuple[re.Pattern[str] | None, ...]  # each option's text as written, plurals allowed
     option_keys: tuple[re.Pattern[str] | None, ...]  # its own words, found in no other option ("aortic")
+    option_marks: tuple[frozenset[str], ...]  # its concepts less those the question and the other options
+                                              # share ("Left lung" of "which side of the chest?": {left})
     option_covered: tuple[bool, ...]  # its concepts say all it says ("Left upper quadrant"; not "Left
                                       # ventricle"), so naming them names it
     option_any: re.Pattern[str] | None  # any of the options' words: a sentence without them names no option
@@ -239,6 +264,7 @@ def _facts(key: str) -> RecordFacts:
     abnormal = ev.get("abnormal")
     appearance = ev.get("appearance") if isinstance(ev.get("appearance"), list) else []
     words = [_option_words(o) for o in options]
+    asked = set(_option_words(question))
     concepts = tuple(read(o).asserted for o in options)
     yes_no = _yes_no(question, options) if len(options) in (0, 2) else None
     return RecordFacts(
@@ -251,7 +277,8 @@ def _facts(key: str) -> RecordFacts:
         option_literal=tuple(" ".join(w) for w in words),
         option_polarity=(None,) * len(options) if yes_no else _polarities(options, question),
         option_words=tuple(map(word_pattern, words)),
-        option_keys=tuple(_keys(w, words[:i] + words[i + 1 :]) for i, w in enumerate(words)),
+        option_keys=tuple(_keys(w, words[:i] + words[i + 1 :], asked) for i, w in enumerate(words)),
+        option_marks=_marks(concepts, question),
         option_covered=tuple(
             bool(c) and all(w in _PLAIN or any(w in p.split() for p in _phrases(c)) for w in ws)
             for c, ws in zip(concepts, words, strict=True)
