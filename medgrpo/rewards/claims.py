@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter, methodcaller
 
-from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, PHRASES, american_spelling, trie_pattern
+from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, PHRASES, normalize_text, trie_pattern
 
 _FINDING_CATS = ("finding", "generic")
 DESCRIPTOR_CATEGORIES = ("laterality", "location", "appearance", "size")
@@ -469,7 +469,7 @@ def _reject_back(low: str, clause: list[list], labelled: list[list], neg_end: in
 def read_sentence(text: str) -> Sentence | None:
     """The claims of one sentence (None when it is blank). Cached: completions of one prompt, and the gold
     reasoning they imitate, repeat many sentences word for word."""
-    text = american_spelling(text.translate(_MARKUP))
+    text = normalize_text(text.translate(_MARKUP))
     low = text.lower()
     if len(low) != len(text):  # a few Unicode letters change length when lowered: keep indices aligned
         text = text.encode("ascii", "replace").decode("ascii")
@@ -707,7 +707,7 @@ def _sentences(text: str) -> list[str]:
 def reading_of(text: str) -> Reading:
     """Read a text into its claims, sentence by sentence (each sentence read once and cached)."""
     sentences = tuple(filter(None, map(read_sentence, _sentences(text))))  # blank ones are None
-    low = american_spelling(text.translate(_MARKUP)).lower().replace("-", " ")
+    low = normalize_text(text.translate(_MARKUP)).lower().replace("-", " ")
     if not sentences:
         return Reading(low, (), _NO_SET, _NO_SET, _NO_SET, _NO_SET)
     asserted, denied, polarity, descriptors = zip(*map(_CLAIMS, sentences), strict=True)

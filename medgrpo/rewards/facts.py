@@ -13,7 +13,7 @@ from typing import Any
 
 from medgrpo.data.record import LETTERS, MedADRecord
 from medgrpo.rewards.claims import read
-from medgrpo.rewards.lexicon import CATEGORY, PHRASES, american_spelling
+from medgrpo.rewards.lexicon import CATEGORY, PHRASES, normalize_text
 
 Box = tuple[float, float, float, float]
 
@@ -53,7 +53,7 @@ def word_pattern(words: list[str]) -> re.Pattern[str] | None:
 
 
 def _option_words(option: str) -> list[str]:
-    return _WORD_RE.findall(american_spelling(option).lower())
+    return _WORD_RE.findall(normalize_text(option).lower())
 
 
 def _marks(concepts: tuple[frozenset[str], ...], question: str) -> tuple[frozenset[str], ...]:
@@ -127,7 +127,7 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
     for c in asked:
         by_cat.setdefault(CATEGORY[c], set()).add(c)
     where = frozenset(by_cat.get("laterality", set()) | by_cat.get("location", set()))
-    subject = _ASKS.sub("", " ".join(_WORD_RE.findall(american_spelling(question).lower())))
+    subject = _ASKS.sub("", " ".join(_WORD_RE.findall(normalize_text(question).lower())))
     subject = re.split(r"\s(?:in|on|at|of|within|seen|visible|present|noted|identified)\s", f" {subject} ")[0]
     phrases = _phrases(frozenset(asked))
     # the subject's words the lexicon does not read: "is the heart *enlarged*?", "are the lungs *clear*?"

@@ -92,6 +92,12 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
         "abdomen": ("abdomen", "abdominal"),
         "liver": ("liver", "hepatic"),
         "kidney": ("kidney", "kidneys", "renal"),
+        "spleen": ("spleen", "splenic"),
+        "pancreas": ("pancreas", "pancreatic"),
+        "gallbladder": ("gallbladder", "gall bladder", "biliary"),
+        "bladder": ("urinary bladder", "bladder", "vesical"),
+        "thyroid": ("thyroid", "thyroid gland"),
+        "esophagus": ("esophagus", "esophageal"),
         "colon": ("colon", "colonic", "bowel", "colorectal", "rectum", "intestine", "intestinal"),
         "stomach": ("stomach", "gastric"),
         "pelvis": ("pelvis", "pelvic"),
@@ -174,6 +180,21 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
         "ulcer": ("ulcer", "ulcers", "ulceration"),
         "atrophy": ("atrophy", "atrophic"),
         "inflammation": ("inflammation", "inflammatory"),
+        "embolism": ("embolism", "emboli", "embolus", "pulmonary embolism", "thromboembolism"),
+        "thrombosis": ("thrombosis", "thrombus", "thrombi", "thrombosed"),
+        "pneumoperitoneum": (
+            "pneumoperitoneum", "free air", "free intraperitoneal air", "free gas", "free intraperitoneal gas",
+            "extraluminal gas", "extraluminal air",
+        ),
+        "aneurysm": ("aneurysm", "aneurysms", "aneurysmal"),
+        "dissection": ("dissection", "intimal flap"),
+        "obstruction": ("obstruction", "obstructed", "obstructive"),
+        "stenosis": ("stenosis", "stenoses", "stenotic", "narrowing"),
+        "hydronephrosis": ("hydronephrosis", "hydroureteronephrosis", "pelvicalyceal dilatation"),
+        "ascites": ("ascites", "ascitic"),
+        "lymphadenopathy": ("lymphadenopathy", "adenopathy", "enlarged lymph node", "enlarged lymph nodes"),
+        "cirrhosis": ("cirrhosis", "cirrhotic"),
+        "detachment": ("detachment", "retinal detachment"),
     },
     # A finding named only generically ("a lesion", "an abnormality"): agrees with every specific finding.
     "generic": {
@@ -296,6 +317,52 @@ _AMERICAN = {
 _BRITISH = re.compile("|".join(sorted(_AMERICAN, key=len, reverse=True)), re.IGNORECASE)
 
 
+ABBREVIATIONS: dict[str, str] = {
+    # chest and vessels
+    "PTX": "pneumothorax", "PE": "pulmonary embolism", "CTPA": "ct pulmonary angiography", "GGO": "ground glass opacity",
+    "GGN": "ground glass nodule", "DVT": "deep vein thrombosis", "AAA": "abdominal aortic aneurysm",
+    "SVC": "superior vena cava", "IVC": "inferior vena cava", "CXR": "chest x-ray", "CHF": "congestive heart failure",
+    "RUL": "right upper lobe", "RML": "right middle lobe", "RLL": "right lower lobe", "LUL": "left upper lobe",
+    "LLL": "left lower lobe", "TB": "tuberculosis",
+    # brain
+    "ICH": "intracranial hemorrhage", "SAH": "subarachnoid hemorrhage", "SDH": "subdural hematoma",
+    "EDH": "epidural hematoma", "IVH": "intraventricular hemorrhage", "IPH": "intraparenchymal hemorrhage",
+    "CVA": "stroke", "MCA": "middle cerebral artery",
+    # abdomen
+    "HCC": "hepatocellular carcinoma", "RCC": "renal cell carcinoma", "FNH": "focal nodular hyperplasia",
+    "AML": "angiomyolipoma", "SBO": "small bowel obstruction", "LBO": "large bowel obstruction",
+    "RUQ": "right upper quadrant", "LUQ": "left upper quadrant", "RLQ": "right lower quadrant",
+    "LLQ": "left lower quadrant", "KUB": "abdominal x-ray",
+    # breast, skin, pathology
+    "DCIS": "ductal carcinoma in situ", "IDC": "invasive ductal carcinoma", "ILC": "invasive lobular carcinoma",
+    "BCC": "basal cell carcinoma", "SCC": "squamous cell carcinoma", "SK": "seborrheic keratosis",
+    "AK": "actinic keratosis", "MLO": "mammographic mediolateral oblique", "H&E": "histology",
+    # eye
+    "AMD": "age-related macular degeneration", "CNV": "choroidal neovascularization",
+    "DME": "diabetic macular edema", "CME": "cystoid macular edema", "DR": "diabetic retinopathy",
+    "RD": "retinal detachment", "CRVO": "central retinal vein occlusion", "BRVO": "branch retinal vein occlusion",
+    "CRAO": "central retinal artery occlusion", "RPE": "retinal pigment epithelium",
+    "PED": "pigment epithelial detachment", "ERM": "epiretinal membrane", "ONH": "optic nerve head",
+    # imaging
+    "US": "ultrasound", "USG": "ultrasound", "CTA": "ct angiography", "MRA": "mr angiography",
+    "DWI": "diffusion-weighted mri", "ADC": "apparent diffusion coefficient mri", "T1W": "t1-weighted",
+    "T2W": "t2-weighted", "NCCT": "non-contrast ct", "CECT": "contrast-enhanced ct",
+    # knee
+    "ACL": "anterior cruciate ligament", "PCL": "posterior cruciate ligament", "MCL": "medial collateral ligament",
+    "LCL": "lateral collateral ligament",
+    # normal
+    "NAD": "no abnormality detected", "WNL": "within normal limits",
+}
+"""Abbreviations radiology and pathology write in capitals, read as what they stand for ("PTX" is a pneumothorax,
+"LLL" the left lower lobe). Only the capitalised form is read so ("US" is ultrasound, "us" is not)."""
+_ABBREVIATION = re.compile(r"(?<![\w&])(" + "|".join(sorted(map(re.escape, ABBREVIATIONS), key=len, reverse=True)) + r")(?=s?(?![\w&]))")
+
+
+def expand_abbreviations(text: str) -> str:
+    """``text`` with the capitalised abbreviations of :data:`ABBREVIATIONS` spelled out."""
+    return _ABBREVIATION.sub(lambda m: ABBREVIATIONS[m.group(1)], text)
+
+
 def _american(m: re.Match) -> str:
     word = m.group(0)
     out = _AMERICAN[word.lower()]
@@ -306,6 +373,12 @@ def american_spelling(text: str) -> str:
     """``text`` with British spellings of medical words in American spelling ("Haemorrhage" -> "Hemorrhage",
     "oedema" -> "edema", "tumours" -> "tumors", "centre" -> "center"); the first letter keeps its case."""
     return _BRITISH.sub(_american, text) if _BRITISH.search(text) else text
+
+
+def normalize_text(text: str) -> str:
+    """How the verifiers read any text: abbreviations spelled out (:func:`expand_abbreviations`), then American
+    spelling (:func:`american_spelling`)."""
+    return american_spelling(expand_abbreviations(text))
 
 
 def norm_phrase(text: str) -> str:
@@ -332,6 +405,22 @@ _COMPATIBLE = {
         ("abdomen", "kidney"),
         ("abdomen", "colon"),
         ("abdomen", "stomach"),
+        ("abdomen", "spleen"),
+        ("abdomen", "pancreas"),
+        ("abdomen", "gallbladder"),
+        ("liver", "gallbladder"),
+        ("abdomen", "bladder"),
+        ("pelvis", "bladder"),
+        ("chest", "esophagus"),
+        ("embolism", "thrombosis"),
+        ("infarct", "embolism"),
+        ("obstruction", "stenosis"),
+        ("hydronephrosis", "obstruction"),
+        ("ascites", "effusion"),
+        ("cirrhosis", "ascites"),
+        ("aneurysm", "dissection"),
+        ("mass", "lymphadenopathy"),
+        ("mass", "obstruction"),
         ("abdomen", "pelvis"),
         ("pelvis", "colon"),
         ("spine", "chest"),
