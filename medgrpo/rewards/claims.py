@@ -144,6 +144,9 @@ _CUES: dict[str, str] = {
             "would produce",
             "would not",
             "would require",
+            "should be seen",
+            "should show",
+            "should have",
             "typically",
             "usually",
             "classically",
@@ -241,8 +244,40 @@ _CUES: dict[str, str] = {
             "cannot be",
             "none",
             "absence of",
+            "don't",
+            "doesn't",
+            "isn't",
+            "aren't",
+            "wasn't",
+            "weren't",
+            "didn't",
+            "can't see",
+            "cannot see",
         ),
         "neg",
+    ),
+    # the reasoning says it cannot choose: a conclusion before it does not stand
+    **dict.fromkeys(
+        (
+            "can't decide",
+            "cannot decide",
+            "can't determine",
+            "cannot determine",
+            "unable to determine",
+            "cannot be determined",
+            "can't tell",
+            "cannot tell",
+            "impossible to tell",
+            "impossible to determine",
+            "can't distinguish",
+            "cannot distinguish",
+            "unable to distinguish",
+            "can't differentiate",
+            "cannot differentiate",
+            "unable to differentiate",
+            "undecided",
+        ),
+        "und",
     ),
     **dict.fromkeys(
         (
@@ -306,7 +341,7 @@ _LETTER_AFTER = re.compile(
     r"\s*(?:(?:is|would be|will be|should be|must be|here is|therefore|then|thus)\s*)?(?:[:=\-\u2013\u2014>]\s*)?"
     r"(?:option\s+|letter\s+)?\(?([A-J])\)?(?![\w'\u2019])"
 )
-_MARKUP = str.maketrans("", "", "*`#")  # markdown emphasis, code and headings: layout, not words
+_MARKUP = str.maketrans({"*": None, "`": None, "#": None, "\u2019": "'"})  # markdown is layout, not words
 # option letters written bare, in forms no article takes: "so not A", "rules out B"; "C is correct"
 _LETTER_DENIED = re.compile(
     r"\b(?:not|excludes?|excluding|eliminates?|rules?\s+out|ruling\s+out|rather\s+than|except)\s+"
@@ -510,7 +545,7 @@ def read_sentence(text: str) -> Sentence | None:
                 continue
             word = m.group(1)
             kind = _KIND[word]
-            if kind != "c" and kind != "cue" and kind != "intro":
+            if kind != "c" and kind != "intro":
                 scopes.append((m.start(), kind))
             if kind == "c":
                 concept = PHRASES[word]
@@ -641,15 +676,16 @@ _DENY_AFTER = frozenset(("post", "rel"))  # ... and of these after it
 _BREAKS = frozenset((",", ";", ":", "clause", "conc", "rev"))
 
 
-def mention(sentence: Sentence, pattern: re.Pattern[str]) -> int:
+def mention(sentence: Sentence, pattern: re.Pattern[str], after: int = 0) -> int:
     """How ``sentence`` mentions the words ``pattern`` matches (in its ``low`` text): 1 asserted, -1 denied
     (every mention denied), 0 not at all or only weighed. The scope rules of the lexicon's concepts, for words
     the lexicon does not know (an option's own text): a negation before it in its clause or a rejection after
     it denies it ("no villous pattern", "the macula is spared"); a concession, an uncertainty or a
     hypothetical weighs it without a claim ("although X could be considered", "X cannot be excluded"); a bare
-    negation after a colon rejects the label before it ("X: no")."""
+    negation after a colon rejects the label before it ("X: no"). The last mention decides; ``after``: only
+    mentions from that position on count."""
     found = 0
-    for m in pattern.finditer(sentence.low):
+    for m in pattern.finditer(sentence.low, after):
         at = m.start()
         start, end, kinds_before, kinds_after, after_colon = 0, len(sentence.low), [], [], None
         listed = False  # the clause before a comma denied something: a list may run on ("no X, Y or Z")
@@ -679,9 +715,7 @@ def mention(sentence: Sentence, pattern: re.Pattern[str]) -> int:
             denied = rest in _BARE_NEGATIONS or (
                 rest.split(" ", 1)[0] in _BARE_NEGATIONS and not _LABEL_WORDS.search(label)
             )
-        if not denied:
-            return 1
-        found = -1
+        found = -1 if denied else 1  # the last mention decides: "X is the concern ..., so not X"
     return found
 
 

@@ -138,11 +138,12 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
     if yes_no is not None:
         said = stance(sentence, yes_no)
         return frozenset((yes_no.yes if said == "yes" else yes_no.no,)) if said else _NONE
-    worded = facts.option_any is not None and facts.option_any.search(sentence.low) is not None
-    if not (worded or sentence.asserted or sentence.denied or sentence.polarity):
+    worded_sentence = facts.option_any is not None and facts.option_any.search(sentence.low) is not None
+    if not (worded_sentence or sentence.asserted or sentence.denied or sentence.polarity):
         return _NONE  # no claim, and no option's words: nothing below can match (most new sentences end here)
-    named: list[int] = []
-    loose: list[int] = []
+    worded: list[int] = []  # named by its own words
+    named: list[int] = []  # by its concepts
+    loose: list[int] = []  # by a word of its own: only when no option is named otherwise
     for i, concepts in enumerate(facts.option_concepts):
         polarity = facts.option_polarity[i]
         if polarity is not None:
@@ -153,19 +154,25 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             ):
                 named.append(i)
             continue
-        words = mention(sentence, facts.option_words[i]) if worded and facts.option_words[i] else 0
+        words = mention(sentence, facts.option_words[i]) if worded_sentence and facts.option_words[i] else 0
         if words < 0 or (words == 0 and concepts and concepts <= sentence.denied and not concepts <= sentence.asserted):
             continue
-        if words > 0 or (
+        if words > 0:
+            worded.append(i)
+        elif (
             facts.option_covered[i]
             and facts.option_marks[i] <= sentence.asserted
             and facts.option_marks.count(facts.option_marks[i]) == 1
         ):
             named.append(i)
-        elif worded and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0:
+        elif worded_sentence and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0:
             loose.append(i)
+    if len(worded) > 1:  # "the middle lobe is anterior, so the mass is in the lower lobe": the concluding clause
+        cue = max((pos for pos, kind in sentence.scopes if kind == "cue"), default=0)
+        concluded = [i for i in worded if cue and mention(sentence, facts.option_words[i], cue) > 0]
+        worded = concluded or worded
     hits: set[str] = set()
-    by_text = named or loose
+    by_text = (worded + named) or loose
     for i in by_text:
         concepts = facts.option_concepts[i]
         if not any(
@@ -303,6 +310,8 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
         hits = _left_standing(reading, facts)
         if hits:
             return Commitments(hits, len(sentences) - 1, _NONE.union(*content), _NONE.union(*content), False, hits)
+    if hits and any(kind == "und" for s in sentences[index:] for _, kind in s.scopes):
+        hits, index = _NONE, len(sentences)  # "... or an artifact; I can't decide": nothing is concluded
     mixed = False
     if hits and sentences[index].letters:
         letters, said = by_letter(sentences[index], facts), content[index]

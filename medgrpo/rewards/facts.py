@@ -131,8 +131,13 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
     subject = re.split(r"\s(?:in|on|at|of|within|seen|visible|present|noted|identified)\s", f" {subject} ")[0]
     phrases = _phrases(frozenset(asked))
     # the subject's words the lexicon does not read: "is the heart *enlarged*?", "are the lungs *clear*?"
-    unread = [w for w in subject.split() if w not in _PLAIN and not any(w in p.split() for p in phrases)]
-    words = word_pattern(unread[:4]) if unread else None
+    subject_words = subject.split()
+    while subject_words and subject_words[0] in _PLAIN:
+        subject_words.pop(0)
+    while subject_words and subject_words[-1] in _PLAIN:
+        subject_words.pop()
+    unread = [w for w in subject_words if w not in _PLAIN and not any(w in p.split() for p in phrases)]
+    words = word_pattern(subject_words[:6]) if unread else None
     if "clear" in unread:  # "are the lungs clear?" asks whether they are normal
         by_cat.setdefault("normal", set()).add("normal")
     for cats in (("normal",), ("finding",), ("generic",), ("laterality", "location"), ("modality",), ("anatomy",)):

@@ -175,7 +175,8 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
         "edema": ("edema", "oedema"),
         "melanoma": ("melanoma", "melanocytic lesion"),
         "nevus": ("nevus", "naevus", "nevi", "mole"),
-        "exudate": ("exudate", "exudates", "drusen"),
+        "exudate": ("exudate", "exudates"),
+        "drusen": ("drusen", "druse"),
         "polyp": ("polyp", "polyps"),
         "ulcer": ("ulcer", "ulcers", "ulceration"),
         "atrophy": ("atrophy", "atrophic"),
@@ -435,6 +436,7 @@ _COMPATIBLE = {
         ("nevus", "melanoma"),
         ("hemorrhage", "infarct"),
         ("hemorrhage", "exudate"),
+        ("exudate", "edema"),
         ("edema", "mass"),
         ("consolidation", "effusion"),
     )
