@@ -295,7 +295,7 @@ def test_accuracy_open_ended_yes_no_needs_the_exact_word():
         (LOCATION, "The lesion lies in the upper left quadrant.", "A", 1.0),
         (LOCATION, "The lesion lies in the right lower quadrant.", "A", 0.0),
         # no conclusion, no reasoning
-        (MODALITY, "The image is grey.", "B", 0.25),
+        (MODALITY, "The image is grey.", "B", 0.5),
         (MODALITY, "", "B", 0.0),
     ],
 )
@@ -313,7 +313,7 @@ def test_consistency_without_a_valid_answer_is_zero():
     [
         ("The lesion is in the left upper lobe.", 1.0),
         ("The lesion is not in the left upper lobe.", 0.0),
-        ("The image is grey.", 0.25),
+        ("The image is grey.", 0.5),
     ],
 )
 def test_consistency_open_ended(think, expected):

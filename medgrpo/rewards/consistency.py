@@ -35,8 +35,11 @@ from medgrpo.rewards.claims import Reading, Sentence, mention, read
 from medgrpo.rewards.facts import RecordFacts, YesNo, word_pattern
 from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, agree, conflict
 
-NO_CONCLUSION = 0.25
-"""Score of a reasoning that reaches no conclusion: low, but above an outright contradiction."""
+NO_CONCLUSION = 0.5
+"""Score of a reasoning that reaches no conclusion the reader can find: the midpoint, neither paid nor punished.
+A conclusion in words the reader does not know reads the same as none, so it must not score below a hedge
+(1/k for k options): then writing clinically never pays less than hedging, and an outright contradiction (0.0)
+still scores lowest."""
 
 _OPPOSITE = {"normal": "abnormal", "abnormal": "normal"}
 _POLAR = frozenset(_OPPOSITE)
