@@ -504,7 +504,9 @@ def _reject_back(low: str, clause: list[list], labelled: list[list], neg_end: in
 def read_sentence(text: str) -> Sentence | None:
     """The claims of one sentence (None when it is blank). Cached: completions of one prompt, and the gold
     reasoning they imitate, repeat many sentences word for word."""
-    text = normalize_text(text.translate(_MARKUP))
+    if "*" in text or "#" in text or "`" in text or "\u2019" in text:
+        text = text.translate(_MARKUP)
+    text = normalize_text(text)
     low = text.lower()
     if len(low) != len(text):  # a few Unicode letters change length when lowered: keep indices aligned
         text = text.encode("ascii", "replace").decode("ascii")
@@ -667,6 +669,8 @@ _SAYS = re.compile(r"\A\W*(yes|no)\b(?!\s+\w)|\banswer\W+(?:(?:is|would be|will 
 def _says(low: str) -> str:
     """"yes" or "no" when the sentence answers in those words: "Yes, a mass ...", "No.", "the answer is no";
     not "No mass is seen", whose "no" denies what follows."""
+    if "answer" not in low and not low.lstrip(" -*>\u2022").startswith(("yes", "no")):
+        return ""
     m = _SAYS.search(low)
     return (m.group(1) or m.group(2)) if m else ""
 
@@ -741,7 +745,7 @@ def _sentences(text: str) -> list[str]:
 def reading_of(text: str) -> Reading:
     """Read a text into its claims, sentence by sentence (each sentence read once and cached)."""
     sentences = tuple(filter(None, map(read_sentence, _sentences(text))))  # blank ones are None
-    low = normalize_text(text.translate(_MARKUP)).lower().replace("-", " ")
+    low = text.lower().replace("-", " ")
     if not sentences:
         return Reading(low, (), _NO_SET, _NO_SET, _NO_SET, _NO_SET)
     asserted, denied, polarity, descriptors = zip(*map(_CLAIMS, sentences), strict=True)

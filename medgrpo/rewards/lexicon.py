@@ -14,6 +14,28 @@ from __future__ import annotations
 
 import re
 
+def trie_pattern(phrases: list[str]) -> str:
+    """A regex matching any of ``phrases`` (longest first), factored as a prefix trie so that a scan rejects
+    most positions after one character instead of trying every phrase in turn."""
+    root: dict[str, dict] = {}
+    for phrase in phrases:
+        node = root
+        for ch in phrase:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, dict]) -> str:
+        alts = [re.escape(ch) + emit(sub) for ch, sub in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if "" in node:
+            return f"(?:{body})?"
+        return body
+
+    return emit(root)
+
+
 # category -> concept -> surface phrases (lower case; matched on word boundaries, hyphens and spaces alike).
 _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
     "modality": {
@@ -315,7 +337,7 @@ _AMERICAN = {
     "behaviour": "behavior", "odour": "odor", "centred": "centered", "centre": "center", "fibre": "fiber",
     "calibre": "caliber", "grey": "gray",
 }
-_BRITISH = re.compile("|".join(sorted(_AMERICAN, key=len, reverse=True)), re.IGNORECASE)
+_BRITISH = re.compile(trie_pattern(sorted(_AMERICAN)), re.IGNORECASE)
 
 
 ABBREVIATIONS: dict[str, str] = {
@@ -356,12 +378,18 @@ ABBREVIATIONS: dict[str, str] = {
 }
 """Abbreviations radiology and pathology write in capitals, read as what they stand for ("PTX" is a pneumothorax,
 "LLL" the left lower lobe). Only the capitalised form is read so ("US" is ultrasound, "us" is not)."""
-_ABBREVIATION = re.compile(r"(?<![\w&])(" + "|".join(sorted(map(re.escape, ABBREVIATIONS), key=len, reverse=True)) + r")(?=s?(?![\w&]))")
+_ABBREVIATION = re.compile(r"(?<![\w&])(" + trie_pattern(sorted(ABBREVIATIONS)) + r")(?=s?(?![\w&]))")
 
 
 def expand_abbreviations(text: str) -> str:
     """``text`` with the capitalised abbreviations of :data:`ABBREVIATIONS` spelled out."""
-    return _ABBREVIATION.sub(lambda m: ABBREVIATIONS[m.group(1)], text)
+    if text[1:].islower() or text.islower():  # no capitals past the first letter: no abbreviation
+        return text
+    return _ABBREVIATION.sub(_spelled_out, text)
+
+
+def _spelled_out(m: re.Match) -> str:
+    return ABBREVIATIONS[m.group(1)]
 
 
 def _american(m: re.Match) -> str:
@@ -373,7 +401,10 @@ def _american(m: re.Match) -> str:
 def american_spelling(text: str) -> str:
     """``text`` with British spellings of medical words in American spelling ("Haemorrhage" -> "Hemorrhage",
     "oedema" -> "edema", "tumours" -> "tumors", "centre" -> "center"); the first letter keeps its case."""
-    return _BRITISH.sub(_american, text) if _BRITISH.search(text) else text
+    low = text.lower()  # a cheap look for the stems' letters before the regex (most text has none)
+    if "ae" in low or "oe" in low or "our" in low or "tre" in low or "grey" in low:
+        return _BRITISH.sub(_american, text)
+    return text
 
 
 def normalize_text(text: str) -> str:
@@ -482,25 +513,3 @@ def conflict(a: str, b: str) -> bool:
         return True
     cat = CATEGORY.get(a)
     return cat in EXCLUSIVE_CATEGORIES and cat == CATEGORY.get(b)
-
-
-def trie_pattern(phrases: list[str]) -> str:
-    """A regex matching any of ``phrases`` (longest first), factored as a prefix trie so that a scan rejects
-    most positions after one character instead of trying every phrase in turn."""
-    root: dict[str, dict] = {}
-    for phrase in phrases:
-        node = root
-        for ch in phrase:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def emit(node: dict[str, dict]) -> str:
-        alts = [re.escape(ch) + emit(sub) for ch, sub in sorted(node.items()) if ch]
-        if not alts:
-            return ""
-        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        if "" in node:
-            return f"(?:{body})?"
-        return body
-
-    return emit(root)
