@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+
 def trie_pattern(phrases: list[str]) -> str:
     """A regex matching any of ``phrases`` (longest first), factored as a prefix trie so that a scan rejects
     most positions after one character instead of trying every phrase in turn."""
