@@ -166,6 +166,7 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             facts.option_covered[i]
             and facts.option_marks[i] <= sentence.asserted
             and facts.option_marks.count(facts.option_marks[i]) == 1
+            and not any(conflict(a, c) for a in sentence.asserted for c in concepts - facts.option_marks[i])
         ):
             named.append(i)
         elif worded_sentence and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0:

@@ -47,13 +47,16 @@ def word_pattern(words: list[str]) -> re.Pattern[str] | None:
         cut = words.index("or")
         alternatives += [_phrase(words[cut - 1 : cut] + words[-1:]), _phrase(words[cut + 1 :])]
     content = [w for w in words if w not in _PLAIN and not w.isdigit()]
-    if len(content) >= 2 and len(words) == len(content) and (len(content) >= 3 or len(words) == 2):
+    if len(content) >= 3 and len(words) == len(content):  # two letters are too often a word ("is", "an")
         alternatives.append("".join(w[0] for w in content))
     return re.compile(r"(?<![\w])(?:" + "|".join(alternatives) + r")(?![\w])")
 
 
 def _option_words(option: str) -> list[str]:
     return _WORD_RE.findall(normalize_text(option).lower())
+
+
+_FINDINGS = ("finding", "generic")
 
 
 def _marks(concepts: tuple[frozenset[str], ...], question: str) -> tuple[frozenset[str], ...]:
@@ -63,7 +66,13 @@ def _marks(concepts: tuple[frozenset[str], ...], question: str) -> tuple[frozens
     context = read(question.rstrip().rstrip("?")).asserted | (
         frozenset.intersection(*named) if len(named) > 1 else frozenset()
     )
-    return tuple((c - context) or c for c in concepts)
+    marks = [(c - context) or c for c in concepts]
+    # the anatomy an option names is where its finding is, not what tells it from the others: "Intracranial
+    # hemorrhage" is named by "hemorrhage" (an anatomy asserted against it still stops it, see by_content)
+    return tuple(
+        frozenset(x for x in m if CATEGORY[x] != "anatomy") if any(CATEGORY[x] in _FINDINGS for x in m) else m
+        for m in marks
+    )
 
 
 def _any_word(words: list[list[str]]) -> re.Pattern[str] | None:
@@ -132,12 +141,11 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
     phrases = _phrases(frozenset(asked))
     # the subject's words the lexicon does not read: "is the heart *enlarged*?", "are the lungs *clear*?"
     subject_words = subject.split()
-    while subject_words and subject_words[0] in _PLAIN:
-        subject_words.pop(0)
-    while subject_words and subject_words[-1] in _PLAIN:
-        subject_words.pop()
-    unread = [w for w in subject_words if w not in _PLAIN and not any(w in p.split() for p in phrases)]
-    words = word_pattern(subject_words[:6]) if unread else None
+    unread = [i for i, w in enumerate(subject_words) if w not in _PLAIN and not any(w in p.split() for p in phrases)]
+    # the run of the subject's words from its first word the lexicon does not read to its last ("are the lungs
+    # clear?": "clear"; "intraretinal or subretinal fluid")
+    words = word_pattern(subject_words[unread[0] : unread[-1] + 1][:6]) if unread else None
+    unread = [subject_words[i] for i in unread]
     if "clear" in unread:  # "are the lungs clear?" asks whether they are normal
         by_cat.setdefault("normal", set()).add("normal")
     for cats in (("normal",), ("finding",), ("generic",), ("laterality", "location"), ("modality",), ("anatomy",)):

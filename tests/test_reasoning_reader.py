@@ -1,0 +1,184 @@
+"""The rule verifiers read reasoning as real models write it: Yes/No questions by their own subject, synonyms and
+abbreviations, rejections, changes of mind, eliminations, markdown, and a labelled set written in real models'
+styles (eval/reasoning_set)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from medgrpo.data.record import LETTERS, MedADRecord
+from medgrpo.rewards import verify
+
+SET_DIR = Path(__file__).resolve().parents[1] / "eval" / "reasoning_set"
+
+
+def rec(question, options, answer="A", task="anomaly_detection"):
+    return MedADRecord(id="r", images=[], question=question, options=options, answer=answer, task=task)
+
+
+def consistency(think, answer, record):
+    return verify(f"<think>{think}</think>\n<answer>{answer}</answer>", record)["consistency"]
+
+
+PTX = rec("Is there a pneumothorax?", ["Yes", "No"])
+CT = rec("Is this a CT scan?", ["Yes", "No"], "B", "modality_classification")
+SHIFT = rec("Is there mediastinal shift?", ["No", "Yes"])
+CLEAR = rec("Are the lungs clear?", ["Yes", "No"])
+
+
+@pytest.mark.parametrize(
+    "record, think, consistent_with",
+    [
+        # a finding with pertinent negatives answers Yes; the negatives are about other things
+        (PTX, "Frontal CXR. Thin visceral pleural line at the right apex. No mediastinal shift. No pleural "
+              "effusion. Impression: small right apical PTX.", "A"),
+        (PTX, "The lungs are fully expanded with lung markings to the periphery. No pneumothorax. No effusion.", "B"),
+        (PTX, "There is a large left pleural effusion; no pneumothorax is seen.", "B"),
+        (CT, "This is an axial T2-weighted MRI of the brain.", "B"),
+        (CT, "Axial slice with bone bright and air dark: a CT scan.", "A"),
+        # a subject the lexicon does not know is read from the question's own words; options in No/Yes order
+        (SHIFT, "The trachea is midline. There is no mediastinal shift.", "A"),
+        (SHIFT, "The mediastinum is displaced to the left: mediastinal shift is present.", "B"),
+        (CLEAR, "The lungs are clear bilaterally.", "A"),
+        (CLEAR, "Right lower lobe consolidation with an air bronchogram.", "B"),
+        # the reasoning's own "Yes," / "No." answers it
+        (PTX, "Yes, a pneumothorax.", "A"),
+        (PTX, "Looking at the apex. No.", "B"),
+    ],
+)
+def test_yes_no_reads_the_questions_own_subject(record, think, consistent_with):
+    other = "B" if consistent_with == "A" else "A"
+    assert consistency(think, consistent_with, record) == 1.0
+    assert consistency(think, other, record) == 0.0
+
+
+def test_open_ended_yes_no_reads_the_subject_too():
+    record = MedADRecord(id="o", images=[], question="Is there a fracture?", options=[], answer="yes", task="other")
+    think = "Transverse fracture of the distal radius with dorsal angulation; no dislocation."
+    assert consistency(think, "yes", record) == 1.0
+    assert consistency(think, "no", record) == 0.0
+
+
+ANATOMY = rec("Which structure is marked?", ["Macula", "Optic disc", "Retinal vein", "Fovea"], "B", "anatomy_identification")
+BOWEL = rec("Which abnormality is present?", ["Free intraperitoneal air", "Small bowel obstruction", "Ascites",
+                                              "No abnormality"], "B")
+BRAIN = rec("What is the finding?", ["Ischemic stroke", "Intracranial hemorrhage", "Glioma", "Abscess"], "B",
+            "pathology_characterization")
+
+
+@pytest.mark.parametrize(
+    "record, think, answer",
+    [
+        # an option's own word, found in no other option
+        (ANATOMY, "Vessels converge on a round pale structure: the optic nerve head.", "B"),
+        # initials of the option, and capitalised abbreviations spelled out
+        (BOWEL, "Dilated small bowel loops with a transition point: mechanical SBO.", "B"),
+        (BRAIN, "Hyperdense collection in the left basal ganglia, c/w acute ICH.", "B"),
+        # British spelling
+        (BRAIN, "A hyperdense intraparenchymal haemorrhage with surrounding oedema.", "B"),
+        # markdown layout
+        (BRAIN, "### Findings\n- **hyperdense** bleed\n\n**Answer: B**", "B"),
+    ],
+)
+def test_synonyms_abbreviations_and_layout_name_the_option(record, think, answer):
+    assert consistency(think, answer, record) == 1.0
+    assert consistency(think, "A" if answer != "A" else "C", record) == 0.0
+
+
+@pytest.mark.parametrize(
+    "think",
+    [
+        # rejected, conceded and weighed mentions are not the conclusion
+        "The hyperdensity argues against an ischemic stroke; this is an intracranial hemorrhage.",
+        "Although a glioma could be considered, the findings favor an intracranial hemorrhage.",
+        "This is an intracranial hemorrhage. An abscess is less likely.",
+        "Intracranial hemorrhage; an underlying glioma cannot be excluded.",
+        "A glioma would show mass effect and enhancement. Here there is an acute intracranial hemorrhage.",
+        # the last committed conclusion wins after a change of mind
+        "Initially this suggests an ischemic stroke. However, on closer inspection, it is an intracranial "
+        "hemorrhage.",
+        # an option-by-option elimination concludes what is left
+        "Ischemic stroke: no. Glioma: no mass. Abscess: no rim enhancement. So the answer is B.",
+        "Not a glioma or an abscess, and no ischemic stroke. The remaining choice: intracranial hemorrhage.",
+    ],
+)
+def test_rejections_revisions_and_eliminations(think):
+    assert consistency(think, "B", BRAIN) == 1.0
+    assert consistency(think, "A", BRAIN) == 0.0
+
+
+def test_a_final_letter_that_is_not_the_argued_conclusion_contradicts_it():
+    think = "My first instinct was a glioma. So, actually, this is an intracranial hemorrhage. **Answer: C**"
+    assert consistency(think, "C", BRAIN) == 0.0
+    assert consistency(think.replace("Answer: C", "Answer: B"), "B", BRAIN) == 1.0
+    hedge = "So it is either an intracranial hemorrhage or a glioma. Answer: B"
+    assert consistency(hedge, "B", BRAIN) == 0.5  # a hedge stays a hedge
+
+
+def test_reasoning_that_cannot_decide_concludes_nothing():
+    think = "It could be an intracranial hemorrhage, or it could be a glioma. I cannot decide between them."
+    assert consistency(think, "B", BRAIN) == 0.5
+
+
+def test_bare_letters_in_forms_no_article_takes():
+    assert consistency("Glioma is excluded, so not C. B is the correct answer.", "B", BRAIN) == 1.0
+    assert consistency("A cyst is a fluid collection. Therefore, the answer is B.", "B", BRAIN) == 1.0
+
+
+# ---- payoff order: a committed conclusion always beats a hedge -----------------------------------------------
+
+CLASSES = ["CT", "MRI", "X-ray", "Ultrasound", "Dermoscopy", "Fundus photography", "Endoscopy", "Histopathology"]
+COMMITTED = [
+    "Therefore the answer is {letter}.",
+    "This is {text}.",
+    "**Answer: {letter}**",
+    "Impression: {text}.",
+    "Findings are most consistent with {text}.",
+    "{other} is less likely; this is {text}.",
+    "Initially {other} came to mind. However, on reflection, it is {text}.",
+]
+HEDGES = [
+    "It could be {text} or {other}.",
+    "Either {text} or {other}; the answer is {letter} or {other_letter}.",
+    "Differential: {text} versus {other}, so {letter} or {other_letter}.",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    options=st.lists(st.sampled_from(CLASSES), min_size=2, max_size=6, unique=True),
+    data=st.data(),
+)
+def test_a_committed_conclusion_scores_above_a_hedge(options, data):
+    gold = data.draw(st.integers(0, len(options) - 1))
+    other = data.draw(st.integers(0, len(options) - 1).filter(lambda i: i != gold))
+    record = rec("Which imaging modality is this?", options, LETTERS[gold], "modality_classification")
+    fill = {"letter": LETTERS[gold], "text": options[gold], "other": options[other], "other_letter": LETTERS[other]}
+    committed = data.draw(st.sampled_from(COMMITTED)).format(**fill)
+    hedge = data.draw(st.sampled_from(HEDGES)).format(**fill)
+    assert consistency(committed, LETTERS[gold], record) > consistency(hedge, LETTERS[gold], record)
+
+
+# ---- the labelled set ------------------------------------------------------------------------------------------
+
+
+def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
+    """A guard on the tuned half (the README quotes the untouched test half): consistency agrees with the
+    labels on at least 90% of the items, pays no inconsistent completion in full, and scores at most 3 of 64
+    consistent ones below 0.5."""
+    rows = [json.loads(line) for line in (SET_DIR / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
+    agree = below = paid_wrong = 0
+    for row in rows:
+        record = MedADRecord(id=row["id"], images=[], question=row["question"], options=row["options"],
+                             answer=row["answer"], task=row["task"])
+        score = verify(row["completion"], record)["consistency"]
+        agree += (score == 1.0) == row["consistent"]
+        below += row["consistent"] and score < 0.5
+        paid_wrong += score == 1.0 and not row["consistent"]
+    assert len(rows) >= 100
+    assert agree >= 0.9 * len(rows) and below <= 3 and paid_wrong <= 2
