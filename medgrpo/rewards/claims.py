@@ -2,17 +2,29 @@
 letters it commits to, whether it draws a conclusion, and which polarity (normal / abnormal) it states.
 
 The text is split into sentences (at ``. ! ?`` before whitespace, and at line breaks); each sentence is read
-once and cached, since the completions of one prompt repeat many sentences. Two regular-expression scans of
+once and cached, since the completions of one prompt repeat many sentences. Markdown emphasis and headings are
+dropped, capitalised abbreviations spelled out ("PTX", "LLL") and British spellings read as American ones
+(:func:`~medgrpo.rewards.lexicon.normalize_text`). Two regular-expression scans of
 the lower-cased sentence find the clause breaks and cited boxes, and the words of interest (lexicon phrases,
 negation and conclusion cues, compiled as one prefix trie so the scan is cheap); a linear walk over the
 matches, in order, decides whether each mention is denied:
 
-* a *pre* cue (``no``, ``not``, ``without``, ``rather than``, ...) denies every mention after it up to the end of
-  its clause (clauses end at ``, ; :`` and at ``but``/``however``/``whereas``...);
+* a *pre* cue (``no``, ``not``, ``without``, ``rather than``, ``don't``...) denies every mention after it up to the
+  end of its clause (clauses end at ``, ; :``, at ``but``/``whereas``, at "and" before a new subject ("no
+  cardiomegaly and the heart size is normal"), at a concession and at a revision);
 * a *post* cue (``absent``, ``not seen``, ``ruled out``, ``incorrect``, ...) denies every mention before it in its
   clause;
-* a *relational* cue (``unlikely``, ``not consistent with``, ``does not fit``...) denies the mentions after it in
-  its clause, or, when none follows, those before it ("CT is unlikely", "unlikely to be CT");
+* a *post* cue also rejects: ``less likely``, ``not favored``, ``spared`` ("with the macula spared");
+* a *relational* cue (``unlikely``, ``not consistent with``, ``does not fit``, ``argues against``, ``sparing``...)
+  denies the mentions after it in its clause, or, when none follows, those before it ("CT is unlikely",
+  "unlikely to be CT");
+* a *concession* (``although``, ``though``, ``while``, ``despite``) opens a clause whose mentions are weighed,
+  not claimed ("although a glioma could be considered, ..."); an *uncertainty* (``cannot be excluded``,
+  ``differential``) or a statement of what an entity would or typically does show (``would show``,
+  ``typically``, ``should be seen``) weighs every mention of its clause;
+* a *revision* (``however``, ``actually``, ``on reflection``, ``wait``...) closes the clause before it and
+  makes its sentence a conclusion, so that after a change of mind the last committed conclusion wins;
+  ``can't decide``, ``cannot distinguish``... mark reasoning that concludes nothing;
 * a pre cue's denial runs on over a comma into a list of the same kind of concept ("no effusion, pneumothorax or
   consolidation"), but not into another kind ("no mass, left side"); a clause of nothing but mentions before a
   comma waits for the next: when that one opens with a denied mention of the same kind, the list is denied with
@@ -28,7 +40,11 @@ matches, in order, decides whether each mention is denied:
 * a *neutral* cue (``otherwise``, ``surrounding``, ``remaining``...) makes "normal" in its clause say nothing
   about the whole image ("the surrounding parenchyma is otherwise normal").
 
-Option letters count as committed only in explicit forms: "answer is C", "option C", "choice: C", "(C)".
+Option letters count as committed only in explicit forms: "answer is C", "option C", "choice: C", "(C)", "I
+choose C", "C is the correct answer"; and as denied in "not C", "rules out C". A sentence that answers a yes/no
+question in those words ("Yes, ...", "No.", "the answer is no") records it (``says``). Each sentence keeps where
+its cues and clause breaks stand (``scopes``), so that :func:`mention` can read the negation scope of words the
+lexicon does not know, such as an option's own text.
 Polarity: a sentence states *abnormal* when it asserts a finding or a generic abnormality, or denies "normal";
 it states *normal* when it asserts "normal"/"unremarkable" or denies a generic abnormality ("no lesion", "no
 abnormality"). Denying one specific finding ("no haemorrhage") says nothing about the whole, nor does a clause

@@ -2,26 +2,34 @@
 
 MedAD-R1 reports reasoning-answer consistency next to accuracy; CAPO/MCR find that rewarding this internal
 consistency works better than judging whether the reasoning is correct. The conclusion is read from the
-reasoning itself, never from the answer block:
+reasoning itself, never from the answer block, the way a careful reader reads real models' text:
 
-1. Commitments per sentence: option letters in explicit form ("the answer is C", "option C", "(C)":
-   :func:`by_letter`), an option's text (through the lexicon, so "hyperdense nodule" names the option "Bright
-   mass"; the most specific option wins when one option's text contains another's), or, for options that stand
-   for a polarity ("Normal", "No lesion", "Yes" to "is there a lesion?"), the polarity the sentence states
-   (:func:`by_content`). Denied mentions ("not C", "rather than a cyst") commit to nothing.
-2. The conclusion is the last sentence with a conclusion cue ("therefore", "consistent with", "the answer")
-   that commits to something; failing that, the last sentence that commits to something.
+1. Commitments per sentence (:func:`by_content`, :func:`by_letter`): option letters in explicit forms ("the
+   answer is C", "option C", "(C)", "**Answer: C**"); an option's own words as written, with their negation
+   scope ("no villous pattern", "X: no", "argues against X", "although X could be considered": not the
+   conclusion), or its initials ("SBO"); its lexicon concepts when they say all the option says (so
+   "hyperdense nodule" names "Bright mass"; "PTX" and "haemorrhage" are read through the lexicon); failing
+   those, a word of its own that no other option or the question holds ("optic nerve head" for "Optic disc").
+   Yes/No questions: the polarity the sentence asserts for the question's own subject (:func:`stance`), so
+   pertinent negatives about other things do not answer "No".
+2. The conclusion is the last sentence with a conclusion cue ("therefore", "consistent with", "impression",
+   "however", "the answer") that commits to something; failing that, the last sentence that commits to
+   something; failing that, the one option an option-by-option elimination leaves standing. A conclusion by
+   letter alone ("Answer: B") stands beside the last conclusion argued by content: a letter of another option
+   contradicts it. Reasoning that says it cannot decide concludes nothing.
 
 Scores: the conclusion commits to the answer alone: 1.0; to the answer and k-1 other options (hedging): 1/k;
-not to the answer, or by letter to one option and by text to another option or to a class the options do not
+not to the answer, or by letter to one option and by content to another option or to a class the options do not
 offer ("therefore CT, so the answer is B (CT)" when B reads dermoscopy): 0.0 (contradiction); the reasoning
 denies the answer's content and never asserts it ("not an MRI ... so the answer is B (MRI)"), states both
-polarities, or only the polarity opposite to the answer's: 0.0; no conclusion at all:
-:data:`NO_CONCLUSION`; no reasoning, or no valid answer: 0.0. Open-ended records: the free-text answer (or its
-lexicon concepts, or its yes/no polarity) must be asserted by the reasoning; denied: 0.0.
+polarities, or only the polarity opposite to the answer's: 0.0; no conclusion the reader can find:
+:data:`NO_CONCLUSION` (the midpoint, never below a hedge); no reasoning, or no valid answer: 0.0. Open-ended
+records: the free-text answer (its lexicon concepts, its words, or for a yes/no question its stance) must be
+asserted by the reasoning; denied: 0.0.
 
-:func:`reasoning_accuracy` asks instead whether the reasoning points to the gold answer. Consistency can rise
-by bending the reasoning to a wrong answer as well as by fixing the answer; the two side by side tell which.
+:func:`reasoning_accuracy` asks instead whether the reasoning's conclusion is the gold answer. Consistency can
+rise by bending the reasoning to a wrong answer as well as by fixing the answer; the two side by side tell which.
+How well these rules agree with careful readers on text in real models' styles: ``eval/reasoning_agreement.py``.
 """
 
 from __future__ import annotations
@@ -399,14 +407,14 @@ def consistency_verdict(
 
 
 def reasoning_accuracy(reading: Reading | None, facts: RecordFacts, argument: Commitments) -> float | None:
-    """Whether the reasoning itself points to the gold answer, read apart from the ``<answer>`` block (1.0 or
+    """Whether the reasoning's own conclusion is the gold answer, read apart from the ``<answer>`` block (1.0 or
     0.0; None when the record's own answer is not one of its options).
 
-    Multiple choice: the options it commits to by content anywhere (an option's words, concepts or polarity;
-    denied mentions aside) are the gold one alone; when it commits to none by content, its conclusion's letters
-    are, unless it denies the gold option's content (:func:`denies_option`). Open-ended: it asserts the gold answer (:func:`consistency_verdict` against the gold answer agrees).
-    So a right rationale with a wrong letter scores 1, and a rationale bent to agree with a wrong answer 0:
-    beside consistency, it tells which way consistency was reached. An evaluation metric, never shaped.
+    Multiple choice: the options its concluding sentence commits to by content (or, when it names none by
+    content, by letter) are the gold one alone, and it never denies the gold option's content
+    (:func:`denies_option`). Open-ended: it asserts the gold answer (:func:`consistency_verdict` against the gold
+    answer agrees). So a right rationale with a wrong letter scores 1, and a rationale bent to agree with a wrong
+    answer 0: beside consistency, it tells which way consistency was reached. An evaluation metric, never shaped.
     """
     if not facts.is_mcq:
         return float(consistency_verdict(reading, facts, facts.open_answer, None, argument).kind == "agree")

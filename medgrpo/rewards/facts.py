@@ -1,5 +1,6 @@
-"""What a record lets the verifiers check, read once per record and cached: its options as claims, the
-polarity each option stands for, and its structured evidence as lexicon concepts.
+"""What a record lets the verifiers check, read once per record and cached: its options as claims (lexicon
+concepts, their own words as patterns, their initials, the words only they hold), the polarity each option
+stands for, the subject of a yes/no question (:class:`YesNo`), and its structured evidence as lexicon concepts.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def _question_yes_polarity(question: str) -> str | None:
     """What "yes" means for a yes/no question: "abnormal" for "is there a lesion?", "normal" for "is it
     normal?".
     """
-    reading = read(question)
+    reading = read(question.rstrip().rstrip("?"))  # as a statement: a question claims nothing
     if reading.asserted & {"normal"} and not any(
         CATEGORY[c] in ("finding", "generic") for c in reading.asserted
     ):
