@@ -136,6 +136,10 @@ _CUES: dict[str, str] = {
         (
             "cannot exclude",
             "cannot be excluded",
+            "cannot be entirely excluded",
+            "cannot be completely excluded",
+            "cannot be definitely excluded",
+            "not entirely excluded",
             "can't exclude",
             "can't be excluded",
             "cannot rule out",
@@ -179,6 +183,8 @@ _CUES: dict[str, str] = {
         (
             "whether",
             "if",
+            "were there",
+            "had there been",
             "look for",
             "looking for",
             "check for",
@@ -224,6 +230,11 @@ _CUES: dict[str, str] = {
             "correction",
             "in fact",
             "instead",
+            "and favor",
+            "and favors",
+            "in favor of",
+            "and suggest",
+            "and suggests",
         ),
         "rev",
     ),
@@ -351,7 +362,7 @@ _PERIOD_END = re.compile(r"\.\s+")
 # with one of five characters, a word with the non-word character before it (the sentence gets a leading
 # space).
 _MARKS = re.compile(r"<box>.*?</box>|,|;|:|\([a-j]\)", re.DOTALL)
-_WORDS = re.compile(rf"\W({trie_pattern(sorted(_KIND))})\b")
+_WORDS = re.compile(rf"\W({trie_pattern(sorted(_KIND))})(?:s|es)?\b")  # plurals of every phrase too
 _WORDS_ASCII = re.compile(_WORDS.pattern, re.ASCII)  # the same on ASCII text, with a cheaper test for \W
 _LETTER_AFTER = re.compile(
     r"\s*(?:(?:is|would be|will be|should be|must be|here is|therefore|then|thus)\s*)?(?:[:=\-\u2013\u2014>]\s*)?"

@@ -39,7 +39,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from medgrpo.rewards.accuracy import normalize_answer
-from medgrpo.rewards.claims import Reading, Sentence, mention, read
+from medgrpo.rewards.claims import Reading, Sentence, mention, read, read_sentence
 from medgrpo.rewards.facts import RecordFacts, YesNo, word_pattern
 from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, agree, conflict
 
@@ -172,6 +172,7 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             worded.append(i)
         elif (
             facts.option_covered[i]
+            and facts.option_marks[i]
             and facts.option_marks[i] <= sentence.asserted
             and facts.option_marks.count(facts.option_marks[i]) == 1
             and not any(conflict(a, c) for a in sentence.asserted for c in concepts - facts.option_marks[i])
@@ -179,10 +180,6 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             named.append(i)
         elif worded_sentence and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0:
             loose.append(i)
-    if len(worded) > 1:  # "the middle lobe is anterior, so the mass is in the lower lobe": the concluding clause
-        cue = max((pos for pos, kind in sentence.scopes if kind == "cue"), default=0)
-        concluded = [i for i in worded if cue and mention(sentence, facts.option_words[i], cue) > 0]
-        worded = concluded or worded
     hits: set[str] = set()
     by_text = (worded + named) or loose
     for i in by_text:
@@ -194,6 +191,14 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             for j in by_text
         ):
             hits.add(facts.letters[i])
+    if len(hits) > 1:
+        # "the middle lobe is anterior, so the mass is in the lower lobe", "initially suggests X; however, on
+        # reflection, Y": the clause from the sentence's last conclusion cue or revision on decides
+        cue = max((pos for pos, kind in sentence.scopes if kind == "cue" or kind == "rev"), default=0)
+        tail = read_sentence(sentence.low[cue:]) if cue else None
+        concluded = by_content(tail, facts) & hits if tail is not None else _NONE
+        if concluded:
+            return concluded
     return frozenset(hits) if hits else _NONE
 
 

@@ -62,12 +62,12 @@ _FINDINGS = ("finding", "generic")
 
 def _marks(concepts: tuple[frozenset[str], ...], question: str) -> tuple[frozenset[str], ...]:
     """Each option's concepts less the context: those the question names and those every option with concepts
-    shares; an option left with none keeps its own."""
+    shares ("Both kidneys" of "which kidney?" is left with none: only its words name it)."""
     named = [c for c in concepts if c]
     context = read(question.rstrip().rstrip("?")).asserted | (
         frozenset.intersection(*named) if len(named) > 1 else frozenset()
     )
-    marks = [(c - context) or c for c in concepts]
+    marks = [c - context for c in concepts]
     # the anatomy an option names is where its finding is, not what tells it from the others: "Intracranial
     # hemorrhage" is named by "hemorrhage" (an anatomy asserted against it still stops it, see by_content)
     return tuple(
