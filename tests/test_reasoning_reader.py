@@ -75,7 +75,7 @@ BRAIN = rec("What is the finding?", ["Ischemic stroke", "Intracranial hemorrhage
     "record, think, answer",
     [
         # an option's own word, found in no other option
-        (ANATOMY, "Vessels converge on a round pale structure: the optic nerve head.", "B"),
+        (ANATOMY, "Vessels converge on a round pale structure, so it is the optic nerve head.", "B"),
         # initials of the option, and capitalised abbreviations spelled out
         (BOWEL, "Dilated small bowel loops with a transition point: mechanical SBO.", "B"),
         (BRAIN, "Hyperdense collection in the left basal ganglia, c/w acute ICH.", "B"),

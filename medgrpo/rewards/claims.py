@@ -404,6 +404,7 @@ class Sentence:
                                          # :func:`mention` (empty when it has none)
     says: str  # "yes" or "no" when it answers a yes/no question in those words ("Yes, ...", "the answer is
                # no"), else ""
+    heads: bool  # it opens with a conclusion's label ("Impression:", "Conclusion -", "Final answer:")
 
 
 @dataclass(eq=False, slots=True)
@@ -546,7 +547,8 @@ def read_sentence(text: str) -> Sentence | None:
     hyp = text.rstrip().endswith("?")  # "Is there a mass?" asks; it does not claim
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
         return Sentence(
-            "" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, (), ""
+            "" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, (), "",
+            _HEAD.match(low) is not None,
         )
     hyp_at = 0  # where the hypothetical part starts in ``low``: the sentence keeps only the text before it
     boxes = 0
@@ -664,7 +666,7 @@ def read_sentence(text: str) -> Sentence | None:
     if held:
         _release(held, clause, sets)
     if not hyp:
-        if "not" in low or "ex" in low or "rul" in low or "rather" in low:
+        if "not " in low or "exclud" in low or "elimin" in low or "rul" in low or "rather" in low or "except" in low:
             denied_letters.update(m.group(1) for m in _LETTER_DENIED.finditer(text))
         first = _LETTER_FIRST.match(text)
         if first:
@@ -687,7 +689,14 @@ def read_sentence(text: str) -> Sentence | None:
         boxes > 0 or not _VISUAL.isdisjoint(asserted),
         tuple(scopes),
         _says(low),
+        _HEAD.match(low) is not None,
     )
+
+
+_HEAD = re.compile(
+    r"\A\W*(?:final\s+|overall\s+)?(?:conclusion|impression|diagnosis|answer|verdict|in conclusion|in summary|"
+    r"to summarize)\s*(?::|-|\u2014|,)"
+)
 
 
 _SAYS = re.compile(r"\A\W*(yes|no)\b(?!\s+\w)|\banswer\W+(?:(?:is|would be|will be)\W+)?(yes|no)\b")

@@ -178,7 +178,12 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             and not any(conflict(a, c) for a in sentence.asserted for c in concepts - facts.option_marks[i])
         ):
             named.append(i)
-        elif worded_sentence and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0:
+        elif (
+            sentence.cue  # a word of its own is weak evidence: only where the sentence concludes
+            and worded_sentence
+            and facts.option_keys[i] is not None
+            and mention(sentence, facts.option_keys[i]) > 0
+        ):
             loose.append(i)
     hits: set[str] = set()
     by_text = (worded + named) or loose
@@ -311,14 +316,24 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
     if not facts.is_mcq:
         return Commitments(_NONE, len(sentences), _NONE, _NONE, False, _NONE)
     content = contents(sentences, facts)
-    committed = [content[i] | by_letter(s, facts) if s.letters else content[i] for i, s in enumerate(sentences)]
+    committed = [
+        (content[i] | by_letter(s, facts) if s.letters else content[i]) - s.denied_letters  # "..., so not E"
+        for i, s in enumerate(sentences)
+    ]
     hits, index = _conclusion(sentences, committed)
+    # A conclusion's label ("Impression: ...") the reader cannot read leaves the reasoning's conclusion unknown:
+    # an earlier mention, or a later aside, is not it.
+    head = next((i for i in range(len(sentences) - 1, -1, -1) if sentences[i].heads), -1)
+    if hits and head >= 0 and not committed[head] and (index < head or not sentences[index].cue):
+        hits, index = _NONE, len(sentences)
     if hits and not content[index]:
         # A conclusion by letter alone ("**Answer: B**") restates the answer; the reasoning concluded where it
         # last committed by content, and that conclusion stands beside the letter: a letter of another option
         # contradicts it, one of a hedge's options stays a hedge.
         argued, at = _concluded(sentences[:index], content[:index])
         argued = frozenset(a for a in argued if not _rejected(reading, facts, facts.letters.index(a)))
+        if any(sentences[i].heads and not committed[i] for i in range(at + 1, index)):
+            argued = _NONE  # an unread conclusion stands between: the letter stands alone
         if argued and not argued <= hits:
             return Commitments(
                 argued | hits, at, _NONE.union(*content[:at]), _NONE.union(*content), not argued & hits, argued

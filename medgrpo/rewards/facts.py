@@ -242,7 +242,11 @@ def option_polarity(option: str, question: str) -> str | None:
 def _polarities(options: tuple[str, ...], question: str) -> tuple[str | None, ...]:
     """Each option's polarity, kept only when the options disagree on it (four lesion types are all
     "abnormal": then polarity does not tell them apart and is dropped)."""
-    polarities = tuple(option_polarity(o, question) for o in options)
+    # an option naming a specific finding ("Tubular adenoma") is told apart by its words, not by polarity
+    polarities = tuple(
+        None if any(CATEGORY[c] == "finding" for c in read(o).asserted) else option_polarity(o, question)
+        for o in options
+    )
     return polarities if len(set(polarities) - {None}) == 2 else (None,) * len(options)
 
 

@@ -345,7 +345,8 @@ ABBREVIATIONS: dict[str, str] = {
     # chest and vessels
     "PTX": "pneumothorax", "PE": "pulmonary embolism", "CTPA": "ct pulmonary angiography", "GGO": "ground glass opacity",
     "GGN": "ground glass nodule", "DVT": "deep vein thrombosis", "AAA": "abdominal aortic aneurysm",
-    "SVC": "superior vena cava", "IVC": "inferior vena cava", "CXR": "chest x-ray", "CHF": "congestive heart failure",
+    "SVC": "superior vena cava", "IVC": "inferior vena cava", "LA": "left atrium", "LV": "left ventricle",
+    "RV": "right ventricle", "CXR": "chest x-ray", "CHF": "congestive heart failure",
     "RUL": "right upper lobe", "RML": "right middle lobe", "RLL": "right lower lobe", "LUL": "left upper lobe",
     "LLL": "left lower lobe", "TB": "tuberculosis",
     # brain
@@ -403,15 +404,18 @@ def american_spelling(text: str) -> str:
     """``text`` with British spellings of medical words in American spelling ("Haemorrhage" -> "Hemorrhage",
     "oedema" -> "edema", "tumours" -> "tumors", "centre" -> "center"); the first letter keeps its case."""
     low = text.lower()  # a cheap look for the stems' letters before the regex (most text has none)
-    if "ae" in low or "oe" in low or "our" in low or "tre" in low or "grey" in low:
-        return _BRITISH.sub(_american, text)
-    return text
+    return _BRITISH.sub(_american, text) if _british_hint(low) else text
+
+
+def _british_hint(low: str) -> bool:
+    return "ae" in low or "oe" in low or "our" in low or "tre" in low or "grey" in low
 
 
 def normalize_text(text: str) -> str:
     """How the verifiers read any text: abbreviations spelled out (:func:`expand_abbreviations`), then American
     spelling (:func:`american_spelling`)."""
-    return american_spelling(expand_abbreviations(text))
+    text = expand_abbreviations(text)
+    return _BRITISH.sub(_american, text) if _british_hint(text.lower()) else text
 
 
 def norm_phrase(text: str) -> str:
