@@ -170,6 +170,7 @@ _CUES: dict[str, str] = {
             "typically",
             "usually",
             "classically",
+            "normally",
             "tends to",
             "tend to",
         ),
@@ -283,6 +284,7 @@ _CUES: dict[str, str] = {
         ),
         "neg",
     ),
+    **dict.fromkeys(("non",), "non"),  # "non-contrast CT": the prefix denies its own word only
     # the reasoning says it cannot choose: a conclusion before it does not stand
     **dict.fromkeys(
         (
@@ -570,6 +572,7 @@ def read_sentence(text: str) -> Sentence | None:
     sets = (asserted, denied, letters, denied_letters, polarity)
     covered = 0  # the end of the last box or "(C)": nothing inside them is a claim
     scopes: list[tuple[int, str]] = []
+    non_end = -1  # where a "non" prefix ends: the word right after it is denied
     for m in sorted(marks + words, key=_start) if marks and words else marks or words:
         if m.re is not _MARKS:  # a word; positions in " " + low: m.start() is the word's, m.end() one past it
             if m.start() < covered:
@@ -580,6 +583,11 @@ def read_sentence(text: str) -> Sentence | None:
                 scopes.append((m.start(), kind))
             if kind == "c":
                 concept = PHRASES[word]
+                if m.start() == non_end:  # "non-small cell": this word only
+                    if not (hyp or conc):
+                        clause.append([concept, True])
+                        said.append(word)
+                    continue
                 if listed and not clause:  # the first mention after "no mass,": does the list go on?
                     if _LIST_KIND[concept] == listed and _LIST_FILLERS.issuperset(low[listed_from : m.start()].split()):
                         neg = True
@@ -602,6 +610,8 @@ def read_sentence(text: str) -> Sentence | None:
             elif kind == "post":
                 for item in clause or labelled:  # "Chest: incorrect" rejects the labelled clause
                     item[1] = True
+            elif kind == "non":
+                non_end = m.end()
             elif kind == "neut":
                 neut = True
             elif kind == "hyp" and not hyp:
@@ -672,6 +682,8 @@ def read_sentence(text: str) -> Sentence | None:
         if first:
             letters.add(first.group(1))
             cue = True
+    says = _says(low)
+    cue = cue or says == "yes"  # "Yes, that's the posterior cruciate ligament."
     for whole, parts in IMPLIED.items():
         if parts <= asserted:
             asserted.add(whole)
@@ -688,7 +700,7 @@ def read_sentence(text: str) -> Sentence | None:
         _shared({c for c in asserted if _IS_DESCRIPTOR[c]}) if is_finding else _NO_SET,
         boxes > 0 or not _VISUAL.isdisjoint(asserted),
         tuple(scopes),
-        _says(low),
+        says,
         _HEAD.match(low) is not None,
     )
 
@@ -743,6 +755,7 @@ def mention(sentence: Sentence, pattern: re.Pattern[str], after: int = 0) -> int
         if "conc" in kinds_before or "unc" in kinds_before or "unc" in kinds_after or "hyp" in kinds_before:
             continue
         denied = not _DENY_BEFORE.isdisjoint(kinds_before) or not _DENY_AFTER.isdisjoint(kinds_after)
+        denied = denied or any(kind == "non" and 0 < at - pos <= 4 for pos, kind in sentence.scopes)
         if listed and not denied:  # "no lesion in the right upper, left lower or right lower quadrants"
             gap = sentence.low[start + 1 : at].split()
             denied = all(w in _LIST_WORDS for w in gap)

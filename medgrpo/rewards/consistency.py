@@ -178,11 +178,9 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             and not any(conflict(a, c) for a in sentence.asserted for c in concepts - facts.option_marks[i])
         ):
             named.append(i)
-        elif (
-            sentence.cue  # a word of its own is weak evidence: only where the sentence concludes
-            and worded_sentence
-            and facts.option_keys[i] is not None
-            and mention(sentence, facts.option_keys[i]) > 0
+        elif sentence.cue and (  # a word or concept of its own is weak evidence: only where a sentence concludes
+            (worded_sentence and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0)
+            or (facts.option_own[i] and facts.option_own[i] <= sentence.asserted)
         ):
             loose.append(i)
     hits: set[str] = set()

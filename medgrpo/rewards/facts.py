@@ -113,6 +113,7 @@ _ASKS = re.compile(
     r"(?:(?:show|shows|showing|demonstrate|depict|reveal|contain|see|have|has|evidence of|any|signs? of|"
     r"obtained with|taken with|acquired with|acquired by|an?|the)\s+)*"
 )
+_ASKED_AFTER = re.compile(r"\s(?:used|given|administered|performed|obtained|noted|identified|depicted|shown)\b.*")
 
 
 _AUX = frozenset(("is", "are", "was", "were", "does", "do", "did", "can", "could", "has", "have"))
@@ -141,7 +142,7 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
     subject = re.split(r"\s(?:in|on|at|of|within|seen|visible|present|noted|identified)\s", f" {subject} ")[0]
     phrases = _phrases(frozenset(asked))
     # the subject's words the lexicon does not read: "is the heart *enlarged*?", "are the lungs *clear*?"
-    subject_words = subject.split()
+    subject_words = _ASKED_AFTER.sub("", subject).split()  # "is contrast used?": "contrast"
     unread = [i for i, w in enumerate(subject_words) if w not in _PLAIN and not any(w in p.split() for p in phrases)]
     # the run of the subject's words from its first word the lexicon does not read to its last ("are the lungs
     # clear?": "clear"; "intraretinal or subretinal fluid")
@@ -181,6 +182,8 @@ class RecordFacts:
     option_keys: tuple[re.Pattern[str] | None, ...]  # its own words, found in no other option ("aortic")
     option_marks: tuple[frozenset[str], ...]  # its concepts less those the question and the other options
                                               # share ("Left lung" of "which side of the chest?": {left})
+    option_own: tuple[frozenset[str], ...]  # concepts no other option and not the question holds
+                                            # ("Peripheral retina" among disc, macula, arcade: {peripheral})
     option_covered: tuple[bool, ...]  # its concepts say all it says ("Left upper quadrant"; not "Left
                                       # ventricle"), so naming them names it
     option_any: re.Pattern[str] | None  # any of the options' words: a sentence without them names no option
@@ -297,6 +300,10 @@ def _facts(key: str) -> RecordFacts:
         option_words=tuple(map(word_pattern, words)),
         option_keys=tuple(_keys(w, words[:i] + words[i + 1 :], asked) for i, w in enumerate(words)),
         option_marks=_marks(concepts, question),
+        option_own=tuple(
+            c - read(question.rstrip().rstrip("?")).asserted - frozenset().union(*concepts[:i], *concepts[i + 1 :])
+            for i, c in enumerate(concepts)
+        ),
         option_covered=tuple(
             bool(c) and all(w in _PLAIN or any(w in p.split() for p in _phrases(c)) for w in ws)
             for c, ws in zip(concepts, words, strict=True)
