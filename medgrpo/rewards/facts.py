@@ -33,8 +33,28 @@ _PLAIN = frozenset((
 never tell one option from another on their own either."""
 
 
+def _option_phrases(option: str) -> list[list[str]]:
+    """The word lists an option is written as: its whole text, and with a parenthesis its text outside and
+    inside it ("Histopathology (H&E)": also "histopathology" and "hematoxylin and eosin")."""
+    whole = _option_words(option)
+    if "(" not in option:
+        return [whole]
+    outside = _option_words(re.sub(r"\([^)]*\)", " ", option))
+    inside = [w for part in re.findall(r"\(([^)]*)\)", option) for w in _option_words(part)]
+    return [whole, *(p for p in (outside, inside) if p and p != whole)]
+
+
 def _phrase(words: list[str]) -> str:
     return r"\W+".join(re.escape(w[:-1] if w.endswith("s") and len(w) > 3 else w) + r"(?:s|es)?" for w in words)
+
+
+def option_pattern(option: str) -> re.Pattern[str] | None:
+    """:func:`word_pattern` of each way an option is written, as one pattern."""
+    patterns = [word_pattern(words) for words in _option_phrases(option)]
+    patterns = [p for p in patterns if p is not None]
+    if len(patterns) < 2:
+        return patterns[0] if patterns else None
+    return re.compile("|".join(p.pattern for p in patterns))
 
 
 def word_pattern(words: list[str]) -> re.Pattern[str] | None:
@@ -297,7 +317,7 @@ def _facts(key: str) -> RecordFacts:
         option_concepts=concepts,
         option_literal=tuple(" ".join(w) for w in words),
         option_polarity=(None,) * len(options) if yes_no else _polarities(options, question),
-        option_words=tuple(map(word_pattern, words)),
+        option_words=tuple(map(option_pattern, options)),
         option_keys=tuple(_keys(w, words[:i] + words[i + 1 :], asked) for i, w in enumerate(words)),
         option_marks=_marks(concepts, question),
         option_own=tuple(

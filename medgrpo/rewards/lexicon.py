@@ -361,7 +361,8 @@ ABBREVIATIONS: dict[str, str] = {
     # breast, skin, pathology
     "DCIS": "ductal carcinoma in situ", "IDC": "invasive ductal carcinoma", "ILC": "invasive lobular carcinoma",
     "BCC": "basal cell carcinoma", "SCC": "squamous cell carcinoma", "SK": "seborrheic keratosis",
-    "AK": "actinic keratosis", "MLO": "mammographic mediolateral oblique", "H&E": "histology",
+    "AK": "actinic keratosis", "MLO": "mammographic mediolateral oblique", "H&E": "hematoxylin and eosin",
+    "GBM": "glioblastoma", "DJD": "osteoarthritis",
     # eye
     "AMD": "age-related macular degeneration", "CNV": "choroidal neovascularization",
     "DME": "diabetic macular edema", "CME": "cystoid macular edema", "DR": "diabetic retinopathy",
@@ -394,6 +395,37 @@ def _spelled_out(m: re.Match) -> str:
     return ABBREVIATIONS[m.group(1)]
 
 
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    # the name an option is usually given <- what clinicians also write for it
+    "optic disc": ("optic nerve head", "optic disk"),
+    "aortic knob": ("aortic knuckle", "aortic arch"),
+    "gallstones": ("cholelithiasis", "gallbladder calculi", "gallbladder stones", "biliary calculi"),
+    "renal calculus": ("nephrolithiasis", "kidney stone", "kidney stones", "renal stone", "renal stones",
+                       "urolithiasis"),
+    "adenocarcinoma": ("malignant glandular neoplasm", "gland forming carcinoma", "glandular carcinoma",
+                       "gland forming neoplasm", "gland forming epithelial neoplasm"),
+    "squamous cell carcinoma": ("squamous carcinoma", "epidermoid carcinoma"),
+    "osteoarthritis": ("degenerative joint disease", "osteoarthrosis", "gonarthrosis", "coxarthrosis"),
+    "scaphoid": ("carpal navicular",),
+    "pleural effusion": ("hydrothorax",),
+    "cardiomegaly": ("cardiac enlargement",),
+    "seborrheic keratosis": ("seborrheic wart", "basal cell papilloma"),
+    "basal cell carcinoma": ("rodent ulcer",),
+    "hematoxylin and eosin": ("h and e",),
+    "barrett's esophagus": ("columnar lined esophagus", "columnar metaplasia of the esophagus"),
+    "glioblastoma": ("grade iv astrocytoma", "grade 4 astrocytoma", "glioblastoma multiforme"),
+    "ultrasound": ("echography", "sonographic image"),
+}
+"""Clinical synonyms read as the name an option usually has ("optic nerve head" names "Optic disc",
+"cholelithiasis" names "Gallstones"): data, like the tables above."""
+_SYNONYM_OF = {variant: name for name, variants in SYNONYMS.items() for variant in variants}
+_SYNONYM = re.compile(r"(?<![\w])(" + trie_pattern(sorted(_SYNONYM_OF)) + r")(?![\w])", re.IGNORECASE)
+
+
+def _synonym(m: re.Match) -> str:
+    return _SYNONYM_OF[m.group(1).lower()]
+
+
 def _american(m: re.Match) -> str:
     word = m.group(0)
     out = _AMERICAN[word.lower()]
@@ -412,10 +444,11 @@ def _british_hint(low: str) -> bool:
 
 
 def normalize_text(text: str) -> str:
-    """How the verifiers read any text: abbreviations spelled out (:func:`expand_abbreviations`), then American
-    spelling (:func:`american_spelling`)."""
+    """How the verifiers read any text: abbreviations spelled out (:func:`expand_abbreviations`), American
+    spelling (:func:`american_spelling`), clinical synonyms as the usual name (:data:`SYNONYMS`)."""
     text = expand_abbreviations(text)
-    return _BRITISH.sub(_american, text) if _british_hint(text.lower()) else text
+    text = _BRITISH.sub(_american, text) if _british_hint(text.lower()) else text
+    return _SYNONYM.sub(_synonym, text)
 
 
 def norm_phrase(text: str) -> str:
