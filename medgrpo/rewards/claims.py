@@ -407,6 +407,7 @@ class Sentence:
     says: str  # "yes" or "no" when it answers a yes/no question in those words ("Yes, ...", "the answer is
                # no"), else ""
     heads: bool  # it opens with a conclusion's label ("Impression:", "Conclusion -", "Final answer:")
+    undecided: bool  # it says it cannot choose ("I can't decide between them")
 
 
 @dataclass(eq=False, slots=True)
@@ -551,6 +552,7 @@ def read_sentence(text: str) -> Sentence | None:
         return Sentence(
             "" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, (), "",
             _HEAD.match(low) is not None,
+            False,
         )
     hyp_at = 0  # where the hypothetical part starts in ``low``: the sentence keeps only the text before it
     boxes = 0
@@ -702,6 +704,7 @@ def read_sentence(text: str) -> Sentence | None:
         tuple(scopes),
         says,
         _HEAD.match(low) is not None,
+        any(kind == "und" for _, kind in scopes),
     )
 
 

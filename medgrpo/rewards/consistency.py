@@ -315,7 +315,9 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
         return Commitments(_NONE, len(sentences), _NONE, _NONE, False, _NONE)
     content = contents(sentences, facts)
     committed = [
-        (content[i] | by_letter(s, facts) if s.letters else content[i]) - s.denied_letters  # "..., so not E"
+        ((content[i] | by_letter(s, facts) if s.letters else content[i]) - s.denied_letters)  # "..., so not E"
+        if s.letters or s.denied_letters
+        else content[i]
         for i, s in enumerate(sentences)
     ]
     hits, index = _conclusion(sentences, committed)
@@ -340,7 +342,7 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
         hits = _left_standing(reading, facts)
         if hits:
             return Commitments(hits, len(sentences) - 1, _NONE.union(*content), _NONE.union(*content), False, hits)
-    if hits and any(kind == "und" for s in sentences[index:] for _, kind in s.scopes):
+    if hits and any(s.undecided for s in sentences[index:]):
         hits, index = _NONE, len(sentences)  # "... or an artifact; I can't decide": nothing is concluded
     mixed = False
     if hits and sentences[index].letters:

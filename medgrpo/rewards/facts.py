@@ -48,6 +48,7 @@ def _phrase(words: list[str]) -> str:
     return r"\W+".join(re.escape(w[:-1] if w.endswith("s") and len(w) > 3 else w) + r"(?:s|es)?" for w in words)
 
 
+@lru_cache(maxsize=1 << 12)
 def option_pattern(option: str) -> re.Pattern[str] | None:
     """:func:`word_pattern` of each way an option is written, as one pattern."""
     patterns = [word_pattern(words) for words in _option_phrases(option)]
@@ -80,11 +81,11 @@ def _option_words(option: str) -> list[str]:
 _FINDINGS = ("finding", "generic")
 
 
-def _marks(concepts: tuple[frozenset[str], ...], question: str) -> tuple[frozenset[str], ...]:
+def _marks(concepts: tuple[frozenset[str], ...], stated: frozenset[str]) -> tuple[frozenset[str], ...]:
     """Each option's concepts less the context: those the question names and those every option with concepts
     shares ("Both kidneys" of "which kidney?" is left with none: only its words name it)."""
     named = [c for c in concepts if c]
-    context = read(question.rstrip().rstrip("?")).asserted | (
+    context = stated | (
         frozenset.intersection(*named) if len(named) > 1 else frozenset()
     )
     marks = [c - context for c in concepts]
@@ -96,13 +97,15 @@ def _marks(concepts: tuple[frozenset[str], ...], question: str) -> tuple[frozens
     )
 
 
-def _any_word(words: list[list[str]]) -> re.Pattern[str] | None:
+@lru_cache(maxsize=1 << 12)
+def _any_word(words: tuple[tuple[str, ...], ...]) -> re.Pattern[str] | None:
     """A pattern of every word of four letters or more in any option (a quick test before the others)."""
     every = sorted({w for option in words for w in option if len(w) >= 4 and w not in _PLAIN})
     return re.compile("|".join(re.escape(w[:-1] if w.endswith("s") else w) for w in every)) if every else None
 
 
-def _keys(words: list[str], others: list[list[str]], asked: set[str]) -> re.Pattern[str] | None:
+@lru_cache(maxsize=1 << 12)
+def _keys(words: tuple[str, ...], others: tuple[tuple[str, ...], ...], asked: frozenset[str]) -> re.Pattern[str] | None:
     """A pattern of the option's own words: those no other option holds and the question does not use, of four
     letters or more, neither plain nor lexicon phrases (a concept is matched through the lexicon, where its
     negation is read)."""
@@ -304,8 +307,9 @@ def _facts(key: str) -> RecordFacts:
     answer = row["answer"] if isinstance(row["answer"], str) else ""
     abnormal = ev.get("abnormal")
     appearance = ev.get("appearance") if isinstance(ev.get("appearance"), list) else []
-    words = [_option_words(o) for o in options]
-    asked = set(_option_words(question))
+    words = tuple(tuple(_option_words(o)) for o in options)
+    asked = frozenset(_option_words(question))
+    stated = read(question.rstrip().rstrip("?")).asserted  # the question as a statement: it claims nothing
     concepts = tuple(read(o).asserted for o in options)
     yes_no = _yes_no(question, options) if len(options) in (0, 2) else None
     return RecordFacts(
@@ -319,10 +323,9 @@ def _facts(key: str) -> RecordFacts:
         option_polarity=(None,) * len(options) if yes_no else _polarities(options, question),
         option_words=tuple(map(option_pattern, options)),
         option_keys=tuple(_keys(w, words[:i] + words[i + 1 :], asked) for i, w in enumerate(words)),
-        option_marks=_marks(concepts, question),
+        option_marks=_marks(concepts, stated),
         option_own=tuple(
-            c - read(question.rstrip().rstrip("?")).asserted - frozenset().union(*concepts[:i], *concepts[i + 1 :])
-            for i, c in enumerate(concepts)
+            c - stated - frozenset().union(*concepts[:i], *concepts[i + 1 :]) for i, c in enumerate(concepts)
         ),
         option_covered=tuple(
             bool(c) and all(w in _PLAIN or any(w in p.split() for p in _phrases(c)) for w in ws)
