@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
-from trl.chat_template_utils import has_generation_markers, is_chat_template_stop_token_trained
+from trl.chat_template_utils import get_training_chat_template, has_generation_markers
 from trl.data_utils import prepare_multimodal_messages
 
 from medgrpo.data.boxes import ImageGrid
@@ -92,20 +92,30 @@ def test_token_ids_are_consistent_across_config_tokenizer_and_generation(
     assert cfg.vision_start_token_id == ids("<|vision_start|>")
     assert cfg.vision_end_token_id == ids("<|vision_end|>")
     assert cfg.get_text_config().vocab_size == len(tok) == model.get_input_embeddings().num_embeddings
-    assert gen.eos_token_id == tok.eos_token_id == ids("<|im_end|>")
+    # as the real generation_config.json: <|im_end|> then <|endoftext|> stop generation, and sampling defaults
+    # (which evaluation must not inherit) are set
+    assert gen.eos_token_id == [tok.eos_token_id, ids("<|endoftext|>")] and tok.eos_token_id == ids("<|im_end|>")
     assert gen.pad_token_id == tok.pad_token_id == ids("<|endoftext|>")
+    assert gen.do_sample and {k: getattr(gen, k) for k in tiny_module.REAL[arch]["sampling"]} == (
+        tiny_module.REAL[arch]["sampling"]
+    )
+    assert cfg.get_text_config().max_position_embeddings == tiny_module.REAL[arch]["max_position_embeddings"]
+    assert tok.model_max_length == tiny_module.REAL[arch]["model_max_length"]
     # every special id lies inside the embedding table, and none collides with a learned token
     specials = [ids(t) for t in tiny_module.SPECIAL_TOKENS]
     assert len(set(specials)) == len(specials) and max(specials) < len(tok)
 
 
-def test_grammar_tokens_are_single_non_special_tokens_that_survive_decoding(
-    model_dirs: dict[str, Path],
-) -> None:
-    tok = AutoTokenizer.from_pretrained(model_dirs["qwen2_5_vl"])
-    for t in GRAMMAR_TOKENS:
-        assert tok(t)["input_ids"] == [tok.convert_tokens_to_ids(t)]
-        assert t not in tok.all_special_tokens
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_grammar_is_tokenized_as_the_real_checkpoints_do(model_dirs: dict[str, Path], arch: str) -> None:
+    """Qwen2-VL and Qwen2.5-VL hold no grammar token (``<answer>A`` splits before the letter's merge with ``>``);
+    Qwen3-VL adds ``<think>``/``</think>`` only, as non-special tokens. Decoding keeps the grammar either way."""
+    tok = AutoTokenizer.from_pretrained(model_dirs[arch])
+    added = {t for t in GRAMMAR_TOKENS if tok(t)["input_ids"] == [tok.convert_tokens_to_ids(t)]}
+    assert added == ({"<think>", "</think>"} if arch == "qwen3_vl" else set())
+    assert not set(GRAMMAR_TOKENS) & set(tok.all_special_tokens)
+    pieces = tok.convert_ids_to_tokens(tok("<answer>C</answer>")["input_ids"])
+    assert "C" not in pieces  # the letter shares a token with the tag's ">": no token boundary after "<answer>"
     text = (
         "<think>An MRI of the brain with a mass at <box>[12, 345, 67, 890]</box>.</think>\n<answer>C</answer>"
     )
@@ -141,9 +151,13 @@ def test_chat_template_renders_plain_strings_and_trl_content_lists_alike(
     assert plain.endswith("<|im_start|>assistant\n<think>x</think>\n<answer>A</answer><|im_end|>\n")
     prompt = processor.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
     assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
-    # TRL's assistant-only loss can use the template as shipped, end-of-turn token included
-    assert has_generation_markers(processor.chat_template)
-    assert is_chat_template_stop_token_trained(processor)
+    # the real template, read from TRL's wheel: no generation markers, and TRL supplies its training variant
+    assert processor.chat_template == tiny_module.chat_template(arch)
+    assert not has_generation_markers(processor.chat_template)
+    assert has_generation_markers(get_training_chat_template(processor))
+    # without a system turn the real Qwen template inserts its default one
+    bare = processor.apply_chat_template(MESSAGES[1:], tokenize=False, add_generation_prompt=True)
+    assert bare.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n") or arch == "qwen3_vl"
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -170,7 +184,7 @@ def test_corpus_is_deterministic_and_uses_the_prompt_wording() -> None:
     assert texts == corpus_texts(50, seed=1) != corpus_texts(50, seed=2)
     assert texts[0] == SYSTEM_PROMPT
     assert any("Options:\nA. " in t for t in texts)
-    assert not any(g in t for t in texts for g in GRAMMAR_TOKENS)
+    assert any("<answer>" in t for t in texts)  # the grammar is text, as in the real vocabularies
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import functools
 import random
-import re
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from medgrpo.data.record import LETTERS, MedADRecord
-from medgrpo.prompts import GRAMMAR_TOKENS, SYSTEM_PROMPT, build_target, instruction
+from medgrpo.prompts import SYSTEM_PROMPT, build_target, instruction
 
 MODALITIES = (
     "MRI", "CT", "OCT", "ultrasound", "dermoscopy", "CE-MRI", "endoscopy", "fundus photography", "X-ray",
@@ -100,8 +99,6 @@ _QUESTIONS = {
     "lesion_localization": ("Where is the lesion located?", "In which region is the abnormality?"),
 }
 
-_TAG_RE = re.compile("|".join(re.escape(t) for t in GRAMMAR_TOKENS))
-
 # Qwen2's pre-tokenisation regex (a published fact of its tokenizer): words, single digits, punctuation runs.
 QWEN_SPLIT_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
@@ -154,8 +151,8 @@ def _record(rng: random.Random, i: int) -> MedADRecord:
 
 def corpus_texts(n_items: int = 1500, seed: int = 0) -> list[str]:
     """The training corpus: for ``n_items`` generated items, the system prompt, the user instruction in both box
-    conventions, and the gold completion, with the grammar tags replaced by line breaks: they are added tokens, not merges, and the text
-    next to an added token is pre-tokenised on its own, as at a line start.
+    conventions, and the gold completion, grammar tags included as text (real Qwen vocabularies hold no
+    grammar token but Qwen3's ``<think>``/``</think>``, whose neighbours the pre-tokenizer splits anyway).
 
     Deterministic in ``seed``.
     """
@@ -165,7 +162,7 @@ def corpus_texts(n_items: int = 1500, seed: int = 0) -> list[str]:
         record = _record(rng, i)
         texts.append(instruction(record, rng.choice(("abs", "rel1000"))))
         texts.append(build_target(record))
-    return [_TAG_RE.sub("\n", t) for t in texts]
+    return texts
 
 
 @functools.cache

@@ -3,14 +3,17 @@
 No checkpoint can be downloaded on the CI and demo machines, yet the pipeline must run the very code paths a real
 Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint takes. So we instantiate the real transformers classes through their
 config classes at a tiny size, with a byte-level BPE trained on a generated medical corpus
-(:mod:`medgrpo.models.corpus`), Qwen's special tokens and chat format, and Qwen's image/video processors with
-small pixel limits. The folder is written with ``save_pretrained`` and reloads offline with ``AutoProcessor`` +
+(:mod:`medgrpo.models.corpus`) with Qwen2's pre-tokenizer, Qwen's special tokens, and what the real checkpoints ship
+where the code makes assumptions (:data:`REAL`): the chat template (read from TRL's wheel), the grammar tokenized
+as plain text, the EOS list, the sampling defaults of ``generation_config.json`` and the context length; and
+Qwen's image/video processors with small pixel limits. The folder is written with ``save_pretrained`` and reloads offline with ``AutoProcessor`` +
 ``AutoModelForImageTextToText``. The same arch, preset and seed give byte-identical files.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import json
 import os
 import shutil
@@ -41,7 +44,7 @@ from transformers import (
 )
 
 from medgrpo.models.corpus import train_bpe
-from medgrpo.prompts import GRAMMAR_TOKENS
+from medgrpo.prompts import THINK_CLOSE, THINK_OPEN
 
 PRESETS: dict[str, dict[str, Any]] = {
     # ci: the smallest shape that still exercises every code path (GQA, several layers so layer-indexed options
@@ -88,40 +91,40 @@ SPECIAL_TOKENS = (
 )  # fmt: skip
 """Qwen's special tokens, in Qwen's order, appended after the learned vocabulary as Qwen does."""
 
-CHAT_TEMPLATE = """\
-{%- macro render(content) -%}
-    {%- if content is string -%}
-        {{- content -}}
-    {%- else -%}
-        {%- for item in content -%}
-            {%- if item['type'] == 'image' or 'image' in item or 'image_url' in item -%}
-                {{- '<|vision_start|><|image_pad|><|vision_end|>' -}}
-            {%- elif item['type'] == 'video' or 'video' in item -%}
-                {{- '<|vision_start|><|video_pad|><|vision_end|>' -}}
-            {%- elif 'text' in item -%}
-                {{- item['text'] -}}
-            {%- endif -%}
-        {%- endfor -%}
-    {%- endif -%}
-{%- endmacro -%}
-{%- for message in messages -%}
-    {{- '<|im_start|>' + message['role'] + '\\n' -}}
-    {%- if message['role'] == 'assistant' -%}
-        {%- generation -%}
-            {{- render(message['content']) + '<|im_end|>\\n' -}}
-        {%- endgeneration -%}
-    {%- else -%}
-        {{- render(message['content']) + '<|im_end|>\\n' -}}
-    {%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{- '<|im_start|>assistant\\n' -}}
-{%- endif -%}
-"""
-"""Qwen's ChatML layout (``<|im_start|>role\\n...<|im_end|>\\n``, an image as
-``<|vision_start|><|image_pad|><|vision_end|>``), for plain-string content and for TRL's
-``prepare_multimodal_messages`` lists alike. The assistant turn, its ``<|im_end|>`` included, sits in
-``{% generation %}`` markers so TRL's ``assistant_only_loss`` works without swapping templates."""
+REAL: dict[str, dict[str, Any]] = {
+    # What the real checkpoints ship, where the code makes an assumption (their config.json,
+    # generation_config.json and tokenizer_config.json): context length, the EOS list generation stops at, the
+    # sampling defaults generate() inherits, and the chat template TRL ships byte for byte.
+    "qwen2_vl": {
+        "template": "qwen2_5_vl.jinja",  # Qwen2-VL and Qwen2.5-VL share one template
+        "max_position_embeddings": 32768,
+        "model_max_length": 32768,
+        "sampling": {"do_sample": True, "temperature": 0.01, "top_p": 0.001, "top_k": 1, "repetition_penalty": 1.0},
+    },
+    "qwen2_5_vl": {
+        "template": "qwen2_5_vl.jinja",
+        "max_position_embeddings": 128000,
+        "model_max_length": 131072,
+        "sampling": {"do_sample": True, "temperature": 0.1, "top_p": 0.001, "top_k": 1, "repetition_penalty": 1.05},
+    },
+    "qwen3_vl": {
+        "template": "qwen3_vl.jinja",
+        "max_position_embeddings": 262144,
+        "model_max_length": 262144,
+        "sampling": {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.0},
+    },
+}
+"""The real checkpoints' facts per architecture (Qwen2-VL-2B/7B-Instruct, Qwen2.5-VL-3B/7B-Instruct,
+Qwen3-VL-4B-Instruct): a tiny model carries them so that every assumption the code makes about a checkpoint is
+exercised offline."""
+
+
+def chat_template(arch: str) -> str:
+    """The real chat template of ``arch``, read from TRL's wheel (``trl/chat_templates/``), which TRL's CI checks
+    byte for byte against the Hub's. It inserts Qwen's default system turn when there is none, renders images as
+    ``<|vision_start|><|image_pad|><|vision_end|>``, and has no ``{% generation %}`` markers (TRL's
+    ``get_training_chat_template`` supplies them for ``assistant_only_loss``)."""
+    return (importlib.resources.files("trl") / "chat_templates" / REAL[arch]["template"]).read_text(encoding="utf-8")
 
 
 class TinyModelError(ValueError):
@@ -147,7 +150,7 @@ def _config(arch: str, preset: dict[str, Any], ids: dict[str, int]) -> Any:
         "num_hidden_layers": preset["num_hidden_layers"],
         "num_attention_heads": preset["num_attention_heads"],
         "num_key_value_heads": preset["num_key_value_heads"],
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": REAL[arch]["max_position_embeddings"],
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": ids["<|endoftext|>"],
@@ -197,9 +200,10 @@ def _config(arch: str, preset: dict[str, Any], ids: dict[str, int]) -> Any:
     )
 
 
-def build_tokenizer() -> Qwen2Tokenizer:
-    """Qwen2's tokenizer class over our trained BPE, with Qwen's special tokens and the grammar tokens of
-    :mod:`medgrpo.prompts` as added NON-special tokens (so ``skip_special_tokens=True`` keeps them)."""
+def build_tokenizer(arch: str = "qwen2_5_vl") -> Qwen2Tokenizer:
+    """Qwen2's tokenizer class over our trained BPE, with Qwen's special tokens and, as the real checkpoints have
+    them, the grammar of :mod:`medgrpo.prompts` as plain text (Qwen2-VL and Qwen2.5-VL split ``<answer>A`` into
+    ``<``, ``answer``, ``>A``), except Qwen3-VL's ``<think>``/``</think>``, added non-special tokens there."""
     bpe = json.loads(train_bpe(BPE_VOCAB_SIZE))["model"]
     tokenizer = Qwen2Tokenizer(
         vocab=bpe["vocab"],
@@ -211,11 +215,12 @@ def build_tokenizer() -> Qwen2Tokenizer:
     tokenizer.add_tokens(
         [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS], special_tokens=True
     )
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in GRAMMAR_TOKENS])
+    if arch == "qwen3_vl":
+        tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in (THINK_OPEN, THINK_CLOSE)])
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.pad_token = "<|endoftext|>"
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.model_max_length = 4096
+    tokenizer.chat_template = chat_template(arch)
+    tokenizer.model_max_length = REAL[arch]["model_max_length"]
     return tokenizer
 
 
@@ -241,7 +246,7 @@ def _processor(arch: str, preset: dict[str, Any], tokenizer: Qwen2Tokenizer) -> 
         image_processor=image_processor,
         tokenizer=tokenizer,
         video_processor=video_processor,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template(arch),
     )
 
 
@@ -278,14 +283,19 @@ def build_tiny_model(
         raise TinyModelError(f"{out}: exists and is not a tiny-model folder; refusing to overwrite it")
     sizes = PRESETS[preset]
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(arch)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS} | {"vocab_size": len(tokenizer)}
     config = _config(arch, sizes, ids)
     with torch.random.fork_rng(devices=[]):  # seed the init without disturbing the caller's RNG
         torch.manual_seed(seed)
         model = MODEL_CLASSES[arch](config).eval()
+    # the real EOS list (<|im_end|>, then <|endoftext|>) and sampling defaults: code that generates must not
+    # inherit them unknowingly (evaluation sets its own decoding)
     model.generation_config = GenerationConfig(
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"]
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        pad_token_id=ids["<|endoftext|>"],
+        **REAL[arch]["sampling"],
     )
     processor = _processor(arch, sizes, tokenizer)
 
