@@ -55,11 +55,15 @@ def test_adaptive_temperature_band():
 
 
 def test_answer_mask_and_care_bonus():
-    ids = torch.tensor([[5, 1, 2, 9, 9, 0], [5, 5, 5, 5, 5, 5]])
-    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
-    tokens = answer_mask(ids, mask, [1, 2])
-    assert tokens.tolist() == [[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0]]
-    lp = answer_logp(torch.tensor([[0.0, 0.0, 0.0, -1.0, -2.0, -9.0], [-1.0] * 6]), tokens)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    pieces = [
+        ["ok", "<", "answer", ">A", "</answer>", "<pad>"],  # the letter shares a token with the tag, as in Qwen
+        ["no", " tag", " at", " all", ".", "."],
+        ["x", "<answer>", "B", "</", "answer", ">"],  # the tag as one token
+    ]
+    tokens = answer_mask(mask, pieces)
+    assert tokens.tolist() == [[0, 0, 0, 1, 1, 0], [0] * 6, [0, 0, 1, 1, 1, 1]]
+    lp = answer_logp(torch.tensor([[0.0, 0.0, 0.0, -1.0, -2.0, -9.0], [-1.0] * 6]), tokens[:2])
     assert lp[0].item() == pytest.approx(-1.5) and math.isnan(lp[1])
     # group 1: both correct, mean log-lik -1.5 -> only the more confident one (-1) earns the bonus;
     # group 2: the one correct member is its own mean -> bonus; the wrong one never

@@ -23,7 +23,7 @@ from medgrpo.eval.generate import Generator, Prompt, make_generator, prefix_for_
 from medgrpo.eval.predictions import PREDICTIONS, EvalError, read_predictions, write_atomic
 from medgrpo.eval.report import write_report
 from medgrpo.eval.suites import AS_TRAINED, DatasetSpec, Suite, SuiteError, load_suite, suite_for_path
-from medgrpo.models.loading import read_run_info, trained_system_prompt
+from medgrpo.models.loading import read_run_info, trained_completion_length, trained_system_prompt
 from medgrpo.prompts import build_prompt
 from medgrpo.rewards.settings import RewardSettings
 
@@ -173,13 +173,17 @@ def evaluate(
     if batch_size < 1 or num_samples < 1 or (limit is not None and limit < 1):
         raise EvalError("batch_size, num_samples and limit must be positive")
     loaded = {spec.name: (spec, *_load_dataset(spec, limit)) for spec in suite.datasets}  # fail before the model
-    trained = trained_system_prompt(read_run_info(Path(model_path)))  # the model's own, for "default"
+    run_info = read_run_info(Path(model_path))
+    trained = trained_system_prompt(run_info)  # the model's own, for "default"
+    # the budget the model trained with, unless the suite gives more or the caller says otherwise: a rationale
+    # GRPO allowed 512 tokens must not lose its <answer> to a 256-token suite
+    budget = max_new_tokens or max(suite.max_new_tokens, trained_completion_length(run_info) or 0)
     loaded = {name: (replace(spec, system_prompt=trained) if spec.system_prompt == AS_TRAINED else spec, *rest)
               for name, (spec, *rest) in loaded.items()}
     # reports promise IoU and Acc@0.5: the GIoU training variant is a reward shaping, not a metric
     reward_settings = replace(reward_settings or RewardSettings(), grounding_metric="iou")
     cfg = GenerationConfig(model=str(Path(model_path).resolve()), backend=backend,
-                           max_new_tokens=max_new_tokens or suite.max_new_tokens, num_samples=num_samples,
+                           max_new_tokens=budget, num_samples=num_samples,
                            temperature=temperature, top_p=top_p, seed=seed,
                            evidence_backend=reward_settings.evidence_backend)
     out = Path(out_dir)

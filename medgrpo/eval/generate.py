@@ -7,8 +7,16 @@ turned into multimodal turns by TRL's own ``prepare_multimodal_messages``, so th
 prompt for pass@k and self-consistency. Batches are left-padded, and the image token is suppressed as TRL does
 (a sampled ``<|image_pad|>`` would break the forward pass).
 
-Option-letter probabilities (for anomaly-detection AUROC and calibration) come from one forward pass over the
-prompt, the model's own reasoning and ``<answer>``: the next-token distribution restricted to the option letters.
+Decoding is exactly what the suite and the command line say, whatever the checkpoint's ``generation_config``
+holds (real Qwen-VL checkpoints ship sampling defaults and a repetition penalty): the transformers backend builds
+its own generation config from the model's token ids, and the vLLM backend passes its own sampling parameters,
+so the two decode alike.
+
+Option-letter probabilities (for anomaly-detection AUROC and calibration) score each option's whole answer block
+(``<answer>X</answer>``) after the model's own reasoning: the sum of the log-probabilities of the tokens where
+the candidates differ, renormalised over the options. Real Qwen tokenizers merge the letter with the tag
+(``<answer>A`` is ``<``, ``answer``, ``>A``), so a next-token distribution after ``<answer>`` would score
+continuations the model never writes.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any, Protocol
 from medgrpo.data.boxes import ImageGrid
 from medgrpo.models.loading import ModelLoadError, load_model, load_processor, processor_source
 from medgrpo.models.loading import check_model_dir as check_checkpoint
-from medgrpo.prompts import ANSWER_OPEN
+from medgrpo.prompts import ANSWER_CLOSE, ANSWER_OPEN
 
 
 @dataclass
@@ -68,6 +76,39 @@ def prefix_for_letters(completion: str) -> str:
     return head + ANSWER_OPEN if found else completion.rstrip() + "\n" + ANSWER_OPEN
 
 
+def candidate_scores(token_ids: list[list[int]], logps: list[list[float]]) -> list[float]:
+    """Sequence scores of candidate continuations of one shared prefix: for each candidate's token ids and the
+    log-probability of each of its tokens given the ones before, the sum over the tokens after the longest
+    prefix all candidates share (those have equal probability in every candidate)."""
+    shared = 0
+    while all(len(ids) > shared for ids in token_ids) and len({ids[shared] for ids in token_ids}) == 1:
+        shared += 1
+    return [sum(lp[shared:]) for lp in logps]
+
+
+def _softmax(scores: list[float]) -> list[float]:
+    import math
+
+    top = max(scores)
+    if top == -math.inf:
+        return [1.0 / len(scores)] * len(scores)
+    z = sum(math.exp(v - top) for v in scores)
+    return [math.exp(v - top) / z for v in scores]
+
+
+def _decoding(model: Any, tokenizer: Any) -> Any:
+    """A generation config with the model's token ids and nothing else: the checkpoint's sampling defaults,
+    repetition penalty or length limits never reach evaluation."""
+    from transformers import GenerationConfig
+
+    own = model.generation_config
+    return GenerationConfig(
+        bos_token_id=own.bos_token_id,
+        eos_token_id=own.eos_token_id if own.eos_token_id is not None else tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else own.pad_token_id,
+    )
+
+
 class TransformersGenerator:
     """Batched ``model.generate`` with left padding on one device."""
 
@@ -87,6 +128,8 @@ class TransformersGenerator:
         self._stop_ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         image_token = getattr(self.model.config, "image_token_id", None)
         self._suppress = [image_token] if image_token is not None else None
+        # generate() fills what a passed config leaves unset from the model's own: replace that one instead
+        self.model.generation_config = _decoding(self.model, tok)
 
     def _encode(self, batch: list[Prompt], suffixes: list[str] | None = None):
         from trl.data_utils import prepare_multimodal_messages
@@ -112,14 +155,13 @@ class TransformersGenerator:
         import torch
 
         inputs = self._encode(batch)
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "suppress_tokens": self._suppress,
-                                  "pad_token_id": self.processor.tokenizer.pad_token_id}
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "suppress_tokens": self._suppress}
         if sample:
             torch.manual_seed(_seed_for(batch, seed))
             kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
                           num_return_sequences=num_samples)
         else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            kwargs.update(do_sample=False)
         with torch.inference_mode():
             out = self.model.generate(**inputs, **kwargs)
         new = out[:, inputs["input_ids"].shape[1]:].tolist()
@@ -129,18 +171,24 @@ class TransformersGenerator:
         return [comps[i * per:(i + 1) * per] for i in range(len(batch))]
 
     def letter_probs(self, batch: list[Prompt], prefixes: list[str], letters: list[str]) -> list[dict[str, float]]:
-        """P(letter) after each prefix, renormalised over that prompt's option ``letters`` (e.g. ``"ABCD"``)."""
+        """P(answer block of each option letter) after each prefix, renormalised over that prompt's ``letters``
+        (e.g. ``"ABCD"``); see :func:`candidate_scores`."""
         import torch
 
-        inputs = self._encode(batch, prefixes)
-        with torch.inference_mode():
-            logits = self.model(**inputs).logits[:, -1, :].float()  # left padding: the last column is real
-        logp = torch.log_softmax(logits, dim=-1)
         out = []
-        for row, opts in zip(logp, letters, strict=True):
-            ids = [self.processor.tokenizer.encode(L, add_special_tokens=False)[0] for L in opts]
-            p = torch.softmax(row[ids], dim=-1).tolist()
-            out.append(dict(zip(opts, p, strict=True)))
+        for prompt, prefix, opts in zip(batch, prefixes, letters, strict=True):
+            inputs = self._encode([prompt] * len(opts), [prefix + L + ANSWER_CLOSE for L in opts])
+            ids, mask = inputs["input_ids"], inputs["attention_mask"]
+            with torch.inference_mode():
+                logits = self.model(**inputs).logits[:, :-1, :].float()
+            token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+            token_logp = torch.cat([torch.zeros_like(token_logp[:, :1]), token_logp], dim=1)  # one per token
+            rows_ids, rows_lp = [], []
+            for k in range(len(opts)):  # left padding: keep each candidate's real tokens
+                real = mask[k].bool()
+                rows_ids.append(ids[k][real].tolist())
+                rows_lp.append(token_logp[k][real].tolist())
+            out.append(dict(zip(opts, _softmax(candidate_scores(rows_ids, rows_lp)), strict=True)))
         return out
 
 
@@ -187,25 +235,28 @@ class VLLMGenerator:
         return [[Completion(o.text.strip(), len(o.token_ids)) for o in out.outputs] for out in outs]
 
     def letter_probs(self, batch: list[Prompt], prefixes: list[str], letters: list[str]) -> list[dict[str, float]]:
-        """Each letter appended to the prefix in turn; its prompt log-probability is the score."""
+        """Each option's answer block appended to the prefix; the prompt log-probabilities of its tokens, summed
+        where the candidates differ, are its score (:func:`candidate_scores`)."""
         import math
 
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         flat = [(i, L) for i, opts in enumerate(letters) for L in opts]
-        reqs = self._requests([batch[i] for i, _ in flat], [prefixes[i] + L for i, L in flat])
+        reqs = self._requests([batch[i] for i, _ in flat], [prefixes[i] + L + ANSWER_CLOSE for i, L in flat])
         outs = self.llm.generate(reqs, params, use_tqdm=False)
-        scores: list[dict[str, float]] = [{} for _ in batch]
-        for (i, L), out in zip(flat, outs, strict=True):
-            last = out.prompt_logprobs[-1] or {}
-            entry = last.get(out.prompt_token_ids[-1])
-            scores[i][L] = entry.logprob if entry is not None else -math.inf
+        per: list[list[tuple[list[int], list[float]]]] = [[] for _ in batch]
+        for (i, _), out in zip(flat, outs, strict=True):
+            ids = list(out.prompt_token_ids)
+            lps = [0.0] + [
+                (pos or {}).get(t).logprob if (pos or {}).get(t) is not None else -math.inf
+                for pos, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)
+            ]
+            per[i].append((ids, lps))
         probs = []
-        for s in scores:
-            top = max(s.values())
-            z = sum(math.exp(v - top) for v in s.values())
-            probs.append({k: math.exp(v - top) / z for k, v in s.items()})
+        for opts, cands in zip(letters, per, strict=True):
+            scores = candidate_scores([c[0] for c in cands], [c[1] for c in cands])
+            probs.append(dict(zip(opts, _softmax(scores), strict=True)))
         return probs
 
 

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from medgrpo.prompts import SYSTEM_PROMPT
+from medgrpo.prompts import SYSTEM_PROMPT, THINK_OPEN
 
 ADAPTER_CONFIG = "adapter_config.json"
 RUN_INFO = "medgrpo_run.json"
@@ -70,6 +70,14 @@ def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     if not isinstance(info, dict):
         raise ModelLoadError(f"{path}: expected a JSON object, got {type(info).__name__}")
     return info
+
+
+def trained_completion_length(info: dict[str, Any] | None) -> int | None:
+    """The completion budget a stage trained with (its recipe's ``max_completion_length``), from its run info;
+    None when it recorded none (an SFT stage, or no run info)."""
+    recipe = (info or {}).get("recipe")
+    value = recipe.get("max_completion_length") if isinstance(recipe, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def trained_system_prompt(info: dict[str, Any] | None) -> str | None:
@@ -182,6 +190,28 @@ def load_processor(path: str | Path, trust_remote_code: bool = False) -> Any:
     local = Path(path)
     source = processor_source(local) if local.is_dir() else str(path)
     processor = AutoProcessor.from_pretrained(source, trust_remote_code=trust_remote_code)
+    check_generation_prompt(processor, source)
     data = ((read_run_info(local) if local.is_dir() else None) or {}).get("data") or {}
     set_pixel_limits(processor, data.get("min_pixels"), data.get("max_pixels"))
     return processor
+
+
+def check_generation_prompt(processor: Any, source: str | Path) -> None:
+    """Stop, in one line, on a chat template whose generation prompt already opens the reasoning (Qwen3-VL
+    *Thinking* checkpoints pre-fill ``<think>``): completions would lack the opening tag the grammar needs, format
+    would fail on every one and every reward would be zero, with nothing saying why."""
+    template = getattr(processor, "chat_template", None) or getattr(getattr(processor, "tokenizer", None),
+                                                                    "chat_template", None)
+    if not isinstance(template, str):
+        return
+    messages = [{"role": "user", "content": "x"}]
+    try:
+        prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception:  # a template that cannot render this is reported where it is used
+        return
+    if prompt.rstrip().endswith(THINK_OPEN):
+        raise ModelLoadError(
+            f"{source}: its chat template pre-fills '{THINK_OPEN}' in the generation prompt (a Qwen3-VL Thinking "
+            f"checkpoint?), so completions would lack the opening tag medgrpo's grammar needs; use the Instruct "
+            f"checkpoint, or save a chat template without the pre-filled tag in the model folder"
+        )

@@ -31,6 +31,7 @@ from safetensors.torch import load_model, save_model
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from medgrpo.prompts import ANSWER_OPEN
 from medgrpo.train import group_edits, losses
 from medgrpo.train.advantages import AdvantageSpec, DRPOState, HADWState, compute_advantages
 from medgrpo.train.checkpoints import ResumeWeightsMixin
@@ -344,8 +345,8 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size,
                 **{k: output.get(k) for k in _MM_KEYS},
             )
-        open_ids = self._tokenizer("<answer>", add_special_tokens=False)["input_ids"]
-        tokens = losses.answer_mask(output["completion_ids"], output["completion_mask"], open_ids)
+        pieces = [self._tokenizer.batch_decode([[t] for t in row]) for row in output["completion_ids"].tolist()]
+        tokens = losses.answer_mask(output["completion_mask"], pieces, ANSWER_OPEN)
         likelihood = self.accelerator.gather(losses.answer_logp(logps, tokens))
         accuracy = rewards[:, self._accuracy_index]
         return losses.care_bonus(likelihood.to(accuracy.device), accuracy, self.num_generations, self.args.care_bonus)

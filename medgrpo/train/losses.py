@@ -111,17 +111,21 @@ class AdaptiveTemperature:
             setattr(self, key, value)
 
 
-def answer_mask(completion_ids: torch.Tensor, mask: torch.Tensor, open_ids: list[int]) -> torch.Tensor:
-    """``(B, T)``: the tokens after the first occurrence of the ``open_ids`` sequence (the ``<answer>`` tag) in each
-    completion, within ``mask``. A completion without the tag gets an empty mask (it cannot be correct anyway)."""
+def answer_mask(mask: torch.Tensor, pieces: list[list[str]], tag: str = "<answer>") -> torch.Tensor:
+    """``(B, T)``: each completion's tokens from the one that holds the first character after its first ``tag``,
+    within ``mask``; ``pieces`` are the completions' tokens decoded one by one. Found in the text, not as a token
+    sequence: real Qwen tokenizers merge the tag with what follows (``<answer>A`` is ``<``, ``answer``, ``>A``).
+    A completion without the tag gets an empty mask (it cannot be correct anyway)."""
     out = torch.zeros_like(mask)
-    n = len(open_ids)
-    pattern = torch.tensor(open_ids, device=completion_ids.device)
-    for row in range(completion_ids.shape[0]):
-        ids = completion_ids[row]
-        for start in range(ids.shape[0] - n + 1):
-            if torch.equal(ids[start:start + n], pattern):
-                out[row, start + n:] = mask[row, start + n:]
+    for row, tokens in enumerate(pieces):
+        at = "".join(tokens).find(tag)
+        if at < 0:
+            continue
+        end, pos = at + len(tag), 0
+        for t, piece in enumerate(tokens):
+            pos += len(piece)
+            if pos > end:
+                out[row, t:] = mask[row, t:]
                 break
     return out
 

@@ -68,13 +68,13 @@ def freeze_vision_tower(model: torch.nn.Module) -> int:
 def load_for_training(model_args: MedModelConfig, data_args: DataArguments, trust_remote_code: bool = False):
     """Model, processor and image grid for a training stage, from the recipe's model and data arguments."""
     path = model_args.model_name_or_path
+    processor = load_processor(path, data_args, trust_remote_code=trust_remote_code)  # cheap checks first
     model = load_model(
         path,
         dtype=model_args.dtype or "auto",
         trust_remote_code=trust_remote_code,
         attn_implementation=model_args.attn_implementation,
     )
-    processor = load_processor(path, data_args, trust_remote_code=trust_remote_code)
     if model_args.freeze_vision_tower:
         freeze_vision_tower(model)
     return model, processor, image_grid(processor, model.config.model_type)
