@@ -176,6 +176,16 @@ def test_disk_estimate_by_hand():
     assert disk_estimate(args, 100, use_peft=True) == 0
 
 
+def test_disk_estimate_counts_epoch_runs_at_their_limit_and_zero_checkpoints_at_7x(monkeypatch):
+    """The GPU recipes train by epochs under ZeRO-2: a checkpoint there holds fp32 master weights and moments
+    beside the bf16 weights (about 7x), and save_total_limit + 1 of them can exist at once."""
+    args = ConGRPOConfig(output_dir="x", num_train_epochs=1, save_steps=200, save_total_limit=2, report_to="none",
+                         use_cpu=True, bf16=False)
+    assert disk_estimate(args, 100) == 100 * (1 + 3 * 3)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    assert disk_estimate(args, 100) == 100 * (1 + 7 * 3)
+
+
 def test_weights_of_an_adapter_run_are_its_bases(tiny_model_dirs, tmp_path):
     """A stage-1 LoRA folder is merged on load: stage 2 holds and saves the full base weights."""
     base = tiny_model_dirs["qwen2_5_vl"]

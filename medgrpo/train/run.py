@@ -68,9 +68,12 @@ def weights_bytes(model_path: str | None, _depth: int = 0) -> int:
 def disk_estimate(training_args: Any, model_bytes: int, use_peft: bool = False) -> int:
     """Bytes a run writes at its peak: the checkpoints kept at once plus the final weights.
 
-    A full-weight checkpoint holds the weights and AdamW's two moment buffers of the same size (3x); while a new
-    one is written before the oldest is rotated out, ``save_total_limit + 1`` exist. A LoRA run saves adapters
-    whose size is unknown before the model loads, so only the final merged-or-adapter weights are counted for it.
+    A full-weight checkpoint holds the weights and AdamW's two moment buffers of the same size (3x); under
+    DeepSpeed ZeRO it also holds the fp32 master weights and fp32 moments (12 bytes per parameter beside the
+    2-byte bf16 weights: 7x). While a new checkpoint is written before the oldest is rotated out,
+    ``save_total_limit + 1`` exist; an epoch-based run (no ``max_steps``) saves an unknown number of times, so it
+    is counted at that limit too. A LoRA run saves adapters whose size is unknown before the model loads, so only
+    the final merged-or-adapter weights are counted for it.
     """
     if use_peft:
         return 0
@@ -78,10 +81,16 @@ def disk_estimate(training_args: Any, model_bytes: int, use_peft: bool = False) 
     if strategy == "no":
         return model_bytes
     max_steps, save_steps = training_args.max_steps, training_args.save_steps
-    saves = int(max_steps // save_steps) if max_steps > 0 and save_steps >= 1 else 1
     limit = training_args.save_total_limit
-    kept = min(saves, limit + 1) if limit else saves
-    per_checkpoint = 1 if training_args.save_only_model else 3
+    if max_steps > 0 and save_steps >= 1:
+        saves = int(max_steps // save_steps)
+        kept = min(saves, limit + 1) if limit else saves
+    else:
+        kept = limit + 1 if limit else 1
+    if training_args.save_only_model:
+        per_checkpoint = 1
+    else:
+        per_checkpoint = 7 if (training_args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true") else 3
     return model_bytes * (1 + per_checkpoint * kept)
 
 
