@@ -180,3 +180,20 @@ def test_stub_gold_goes_to_the_paid_families_only(tiny_model_dirs, synth_dir, tm
     assert seen[True] and seen[False]
     logged = [v for e in trainer.state.log_history for k, v in e.items() if k == "variants/gold_injected_groups"]
     assert sum(logged) == seen[True]
+
+
+def test_stub_dynamic_sampling_resamples_as_many_groups_on_every_rank(tiny_model_dirs, synth_dir, tmp_path):
+    """Another rank with more zero-variance groups (simulated: the global maximum is 3, this rank has 2): this
+    rank resamples 3 groups too, so a vLLM server slicing its results by process_index * len(prompts) hands every
+    rank its own completions, and the padded group's completions are discarded."""
+    trainer, batches = _stub_trainer(tiny_model_dirs, synth_dir, tmp_path, correct_from_call=1, max_steps=1,
+                                     dynamic_sampling_tries=1, skip_zero_variance=True)
+    sizes = []
+    resample = trainer._resample
+    trainer._global_max = lambda value: max(value, 3) if value else 0
+    trainer._resample = lambda prompts: (sizes.append(len(prompts)), resample(prompts))[1]
+    trainer.train()
+    assert sizes == [6]  # 3 groups of 2, not this rank's 2
+    adv = batches[0][1]["advantages"].tolist()
+    assert adv[0] > 0 > adv[1]  # its first group took its resampled completions (the stub answers it right)
+    assert trainer.state.log_history[0]["variants/rollouts"] == 10.0  # 4 sampled + 6 resampled

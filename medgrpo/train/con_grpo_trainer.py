@@ -174,6 +174,9 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
     def _global_count(self, value: float) -> float:
         return float(self.accelerator.gather(torch.tensor([float(value)], device=self.accelerator.device)).sum())
 
+    def _global_max(self, value: int) -> int:
+        return int(self.accelerator.gather(torch.tensor([float(value)], device=self.accelerator.device)).max())
+
     # ---- group edits (GCPO, DAVID-GRPO, AR3PO, DAPO/GDEPO resampling) -------------------------------------------
 
     def _generate_and_score_completions(self, inputs):
@@ -213,13 +216,17 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
         rollouts = len(completion_ids)
         for _ in range(self.args.dynamic_sampling_tries):
             todo = group_edits.zero_variance_groups(correct, g)
-            if self._global_count(len(todo)) == 0:
+            most = self._global_max(len(todo))
+            if most == 0:
                 break
-            # every process generates the same number of times (collectives under DeepSpeed/vLLM); one with nothing
-            # to resample regenerates its first group and discards the result
-            rows = [i for grp in (todo or [0]) for i in range(grp * g, (grp + 1) * g)]
+            # every process generates as many groups as the one with the most to resample: collectives under
+            # DeepSpeed, and a vLLM server that slices its results by process_index * len(prompts), need the same
+            # count on every rank; the groups padded in are regenerated and discarded
+            padded = todo + [todo[0] if todo else 0] * (most - len(todo))
+            rows = [i for grp in padded for i in range(grp * g, (grp + 1) * g)]
             new_ids, new_logps = self._resample([prompts[i] for i in rows])
             rollouts += len(rows)  # spent even when discarded
+            rows = rows[: len(todo) * g]
             if not todo:
                 continue
             texts = self.processing_class.batch_decode(new_ids, skip_special_tokens=True)
