@@ -86,6 +86,18 @@ def test_lora_sft_then_grpo_from_merged_adapter(tiny_model_dirs, synth_dir, tmp_
     merged = load_model(grpo_out)
     assert not hasattr(merged, "peft_config") and merged.config.model_type == "qwen2_5_vl"
     assert load_processor(grpo_out).image_processor.size["longest_edge"] > 0
+    # vLLM cannot serve an adapter: evaluation's vLLM backend gets it merged once, with the run's pixel limits
+    from transformers import AutoProcessor
+
+    from medgrpo.eval.generate import servable_folder
+
+    served = servable_folder(grpo_out)
+    assert served == grpo_out / "merged-for-vllm" and not (served / "adapter_config.json").exists()
+    assert AutoModelForImageTextToText.from_pretrained(served).config.model_type == "qwen2_5_vl"
+    assert AutoProcessor.from_pretrained(served).image_processor.size == load_processor(grpo_out).image_processor.size
+    stamp = (served / "config.json").stat().st_mtime
+    assert servable_folder(grpo_out) == served and (served / "config.json").stat().st_mtime == stamp
+    assert servable_folder(tiny_model_dirs["qwen2_5_vl"]) == tiny_model_dirs["qwen2_5_vl"]
 
 
 def test_multi_image_and_dicom_rows(tiny_model_dirs, synth_dir, tmp_path):

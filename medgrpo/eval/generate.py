@@ -204,12 +204,13 @@ class VLLMGenerator:
             from vllm import LLM
         except ImportError:
             raise ModelLoadError("backend 'vllm' needs vLLM: pip install 'medgrpo[vllm]'") from None
-        from transformers import AutoConfig, AutoProcessor
-
         path = check_model_dir(model_path)
-        self.processor = AutoProcessor.from_pretrained(path)
-        self.grid = ImageGrid.from_processor(self.processor, AutoConfig.from_pretrained(path).model_type)
-        self.llm = LLM(model=str(path), limit_mm_per_prompt={"image": max_images},
+        self.processor = load_processor(path)  # the run's pixel limits, a LoRA run's too (not its base's)
+        served = servable_folder(path)
+        from transformers import AutoConfig
+
+        self.grid = ImageGrid.from_processor(self.processor, AutoConfig.from_pretrained(served).model_type)
+        self.llm = LLM(model=str(served), limit_mm_per_prompt={"image": max_images},
                        mm_processor_kwargs={"min_pixels": self.grid.min_pixels, "max_pixels": self.grid.max_pixels},
                        **llm_kwargs)
 
@@ -258,6 +259,34 @@ class VLLMGenerator:
             scores = candidate_scores([c[0] for c in cands], [c[1] for c in cands])
             probs.append(dict(zip(opts, _softmax(scores), strict=True)))
         return probs
+
+
+def servable_folder(path: Path) -> Path:
+    """A folder vLLM can load: ``path`` itself, or for a LoRA run its adapter merged onto the base, saved once
+    beside it (``merged-for-vllm/``, with the run's processor and pixel limits) and reused while it is newer
+    than the adapter."""
+    from medgrpo.models.loading import adapter_base
+
+    if adapter_base(path) is None:
+        return path
+    merged = path / "merged-for-vllm"
+    adapter = max(f.stat().st_mtime for f in path.glob("adapter_model.safetensors"))
+    if (merged / "config.json").is_file() and (merged / "config.json").stat().st_mtime >= adapter:
+        return merged
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=".merged-for-vllm.", dir=path))
+    try:
+        load_model(path, dtype="bfloat16").save_pretrained(tmp)
+        load_processor(path).save_pretrained(tmp)
+        if merged.exists():
+            shutil.rmtree(merged)
+        tmp.rename(merged)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return merged
 
 
 def make_generator(backend: str, model_path: str | Path, **kwargs: Any) -> Generator:
