@@ -212,7 +212,9 @@ class VLLMGenerator:
         self.grid = ImageGrid.from_processor(self.processor, AutoConfig.from_pretrained(served).model_type)
         self.llm = LLM(model=str(served), limit_mm_per_prompt={"image": max_images},
                        mm_processor_kwargs={"min_pixels": self.grid.min_pixels, "max_pixels": self.grid.max_pixels},
-                       **llm_kwargs)
+                       # vLLM's own defaults, not the checkpoint's generation_config: every sampling parameter
+                       # is passed explicitly, as the transformers backend does
+                       generation_config="vllm", **llm_kwargs)
 
     def _requests(self, batch: list[Prompt], suffixes: list[str] | None = None) -> list[dict[str, Any]]:
         from trl.data_utils import prepare_multimodal_messages
