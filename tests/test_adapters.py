@@ -149,6 +149,21 @@ def test_pathvqa_parquet_layout(tmp_path):
     assert recs[0].options == ["Yes", "No"] and recs[1].options == [] and recs[0].source == "PathVQA"
 
 
+def test_pathvqa_hub_parquet_export_takes_the_split_from_the_folder(tmp_path):
+    """The Hub serves every dataset as default/<split>/0000.parquet: the split comes from the folder, and the
+    ids from the path, so no split's rows are dropped as duplicates of another's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for split, n in (("train", 2), ("validation", 1), ("test", 2)):
+        (tmp_path / "pvqa" / "default" / split).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(_hf_rows()[:n]), tmp_path / "pvqa/default" / split / "0000.parquet")
+    report = convert("pathvqa", tmp_path / "pvqa", tmp_path / "out")
+    assert report.kept == {"train": 2, "validation": 1, "test": 2} and not report.dropped
+    ids = [r.id for split in ("train", "validation", "test") for r in load_records(tmp_path / "out" / f"{split}.jsonl")]
+    assert len(set(ids)) == 5 and "pathvqa-default-test-0000-0" in ids
+
+
 def test_hf_save_to_disk_with_mapping(tmp_path):
     import datasets
 

@@ -1,7 +1,8 @@
 """Hugging Face ``datasets`` on disk: a ``save_to_disk`` folder (Dataset or DatasetDict) or parquet files, with
 columns mapped by a YAML mapping (:mod:`medgrpo.data.adapters.mapping`). Image columns may hold encoded images
 (``Image`` feature / ``{bytes, path}`` structs, written out as files) or paths relative to the input folder.
-Parquet splits come from the file names (``train-00000-of-00001.parquet`` -> train).
+Parquet splits come from the file names (``train-00000-of-00001.parquet`` -> train) or, in the Hub's parquet export
+(``default/<split>/0000.parquet``), from the folder names.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ from medgrpo.data.adapters.base import Adapter, AdapterError, SourceRow, norm_sp
 from medgrpo.data.adapters.mapping import check_columns, rows_from_table
 
 
-def _split_of(file: Path) -> str | None:
-    match = re.match(r"(train|test|validation|valid|val|dev)\b", file.stem)
-    return norm_split(match.group(1)) if match else None
+_SPLIT_RE = re.compile(r"(train|test|validation|valid|val|dev)\b")
+
+
+def _split_of(file: Path, base: Path) -> str | None:
+    """The split a parquet file holds: from its name (``data/test-00000-of-00001.parquet``, the Hub's upload
+    layout) or, failing that, from the nearest folder named for a split (``default/test/0000.parquet``, the
+    Hub's parquet export)."""
+    for name in (file.stem, *(p.name for p in file.relative_to(base).parents if p.name)):
+        match = _SPLIT_RE.match(name)
+        if match:
+            return norm_split(match.group(1))
+    return None
 
 
 def _parquet(path: Path, mapping: dict[str, Any]) -> Iterator[SourceRow]:
@@ -33,7 +43,10 @@ def _parquet(path: Path, mapping: dict[str, Any]) -> Iterator[SourceRow]:
         except Exception as exc:  # pyarrow raises several types for a broken file
             raise AdapterError(f"{file}: not a readable parquet file ({type(exc).__name__})") from None
         check_columns(mapping, table.column_names, str(file))
-        yield from rows_from_table(table.to_pylist(), mapping, str(file), base, _split_of(file))
+        # ids from the file's path under the input, not its name alone: every split of the Hub's export holds a
+        # 0000.parquet
+        label = "-".join(file.relative_to(base).with_suffix("").parts) if path.is_dir() else file.stem
+        yield from rows_from_table(table.to_pylist(), mapping, str(file), base, _split_of(file, base), label)
 
 
 def _saved(path: Path, mapping: dict[str, Any]) -> Iterator[SourceRow]:

@@ -90,9 +90,11 @@ def _image_refs(value: Any, base: Path, row_id: str) -> list[ImageRef]:
 
 
 def rows_from_table(
-    items: Iterable[dict[str, Any]], mapping: dict[str, Any], where: str, base: Path, split: str | None
+    items: Iterable[dict[str, Any]], mapping: dict[str, Any], where: str, base: Path, split: str | None,
+    label: str | None = None,
 ) -> Iterator[SourceRow]:
-    """Apply a mapping to table rows. ``base`` is the folder image paths are relative to."""
+    """Apply a mapping to table rows. ``base`` is the folder image paths are relative to; rows without an id
+    column are numbered under ``label`` (default: the stem of ``where``)."""
     cols = mapping["columns"]
     for i, item in enumerate(items):
         at = f"{where}:{i + 1}"
@@ -100,7 +102,7 @@ def rows_from_table(
         def get(name: str, item: dict[str, Any] = item) -> Any:
             return item.get(cols[name]) if name in cols else None
 
-        row_id = str(get("id") if get("id") is not None else f"{Path(where).stem}-{i}")
+        row_id = str(get("id") if get("id") is not None else f"{label or Path(where).stem}-{i}")
         if "option_columns" in cols:
             options = [str(item[c]).strip() for c in cols["option_columns"] if str(item.get(c) or "").strip()]
         else:

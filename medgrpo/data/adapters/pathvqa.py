@@ -1,8 +1,9 @@
 """PathVQA (He et al., 2020): pathology VQA, yes/no (closed) and open questions.
 
-Read from its published Hugging Face layout (``flaviagiammarino/path-vqa``): ``data/{train,validation,test}-*
-.parquet`` with columns ``image`` (``{bytes, path}``), ``question`` and ``answer``. The original release's pickled
-question files are not read: unpickling runs arbitrary code.
+Read from its published Hugging Face layouts (``flaviagiammarino/path-vqa``): the upload's
+``data/{train,validation,test}-*.parquet`` and the Hub's parquet export ``default/{train,validation,test}/*.parquet``
+(the split from the folder), with columns ``image`` (``{bytes, path}``), ``question`` and ``answer``. The original
+release's pickled question files are not read: unpickling runs arbitrary code.
 """
 
 from __future__ import annotations
@@ -30,6 +31,6 @@ ADAPTER = Adapter(
     source="PathVQA",
     licence="MIT (as published on the Hugging Face dataset card)",
     homepage="https://huggingface.co/datasets/flaviagiammarino/path-vqa",
-    layout="the HF parquet layout: data/<split>-*.parquet with image, question, answer",
+    layout="the HF parquet layouts: data/<split>-*.parquet or default/<split>/*.parquet, with image, question, answer",
     read=read,
 )
