@@ -15,7 +15,6 @@ from typing import Any
 from medgrpo.data.adapters.base import Adapter, AdapterError, SourceRow, norm_split
 from medgrpo.data.adapters.mapping import check_columns, rows_from_table
 
-
 _SPLIT_RE = re.compile(r"(train|test|validation|valid|val|dev)\b")
 
 
