@@ -72,14 +72,36 @@ def test_slake_keeps_english_and_maps_splits(tmp_path):
     assert "q_lang" in (tmp_path / "out" / "README.md").read_text()
 
 
-def test_pmc_vqa_strips_choice_prefixes(tmp_path):
-    src = _source(tmp_path, "pmc_vqa", ["images/PMC1_fig1.jpg", "images/PMC2_fig3.jpg", "images/PMC3_fig2.jpg"])
-    report = convert("pmc_vqa", src, tmp_path / "out")
+PMC_IMAGES = ["images/PMC1_fig1.jpg", "images/PMC2_fig3.jpg", "images/PMC3_fig2.jpg", "images/PMC4_fig1.jpg",
+              "images_2/PMC9_fig1.jpg", "images_2/PMC9_fig2.jpg", "images_2/PMC9_fig3.jpg"]
+
+
+def test_pmc_vqa_version_1_strips_choice_prefixes_and_keeps_the_clean_test_set(tmp_path):
+    src = _source(tmp_path, "pmc_vqa", PMC_IMAGES)
+    with pytest.raises(AdapterError, match="both PMC-VQA versions.*--version"):
+        convert("pmc_vqa", src, tmp_path / "refused")
+    report = convert("pmc_vqa", src, tmp_path / "out", version="1")
     recs = _load_all(tmp_path / "out")
-    first = recs["pmc_vqa-train-1"]
+    first = recs["pmc_vqa-v1-train-1"]
     assert first.options == ["MRI", "CT scan", "Ultrasound", "PET"] and first.answer == "B"
-    assert recs["pmc_vqa-train-2"].answer_text() == "Liver"
-    assert len(report.dropped) == 1 and "Answer_label" in report.dropped[0][1]
+    assert recs["pmc_vqa-v1-train-2"].answer_text() == "Liver"
+    assert recs["pmc_vqa-v1-train-4"].answer == "B"  # an empty Answer cell: the label decides
+    assert report.kept == {"train": 3, "test": 1, "test_clean": 1}
+    assert load_records(tmp_path / "out", split="test_clean")[0].id == "pmc_vqa-v1-test_clean-1"
+    assert len(report.dropped) == 1 and "train.csv:4" in report.dropped[0][0] and "Answer_label" in report.dropped[0][1]
+
+
+def test_pmc_vqa_version_2_reads_letters_and_its_own_images_with_ids_apart_from_version_1(tmp_path):
+    src = _source(tmp_path, "pmc_vqa", PMC_IMAGES)
+    report = convert("pmc_vqa", src, tmp_path / "v2", version="2")
+    recs = _load_all(tmp_path / "v2")
+    assert report.kept == {"train": 2, "test": 1} and not report.dropped
+    assert recs["pmc_vqa-v2-test-1"].answer_text() == "Optic disc"
+    assert recs["pmc_vqa-v2-train-2"].options == ["H&E", "Gram", "PAS", "Giemsa"]
+    convert("pmc_vqa", src, tmp_path / "v1", version="1")
+    assert not set(recs) & set(_load_all(tmp_path / "v1"))
+    with pytest.raises(AdapterError, match="one version"):
+        convert("vqa_rad", src, tmp_path / "x", version="2")
 
 
 def test_omnimedvqa_matches_answer_text_to_option(tmp_path):

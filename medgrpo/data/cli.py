@@ -85,11 +85,13 @@ def configure_convert(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("--input", required=True, type=Path, help="the source release folder or file")
     parser.add_argument("--out", required=True, type=Path, help="output dataset folder (must not exist or be empty)")
     parser.add_argument("--mapping", type=Path, default=None, help="YAML column mapping (jsonl/hf formats)")
+    parser.add_argument("--version", default=None, help="release version, for a format published in several "
+                                                        "(pmc_vqa: 1 or 2; required when both are present)")
 
     def run(args: argparse.Namespace) -> int:
         from medgrpo.data.adapters import convert
 
-        report = convert(args.format, args.input, args.out, args.mapping)
+        report = convert(args.format, args.input, args.out, args.mapping, args.version)
         kept = ", ".join(f"{split} {n}" for split, n in sorted(report.kept.items()))
         print(f"wrote {args.out}: {kept}; dropped {len(report.dropped)} row(s) (reasons in {args.out}/README.md)")
         return 0

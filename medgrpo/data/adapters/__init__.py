@@ -17,7 +17,8 @@ ADAPTERS: dict[str, Adapter] = {
 }
 
 
-def convert(fmt: str, input_path: str | Path, out: str | Path, mapping: str | Path | None = None) -> ConvertReport:
+def convert(fmt: str, input_path: str | Path, out: str | Path, mapping: str | Path | None = None,
+            version: str | None = None) -> ConvertReport:
     """Convert ``input_path`` in format ``fmt`` into a dataset folder at ``out``.
 
     Args:
@@ -25,6 +26,7 @@ def convert(fmt: str, input_path: str | Path, out: str | Path, mapping: str | Pa
         input_path: the source release folder or file.
         out: the output folder (must not exist, or be empty).
         mapping: a column-mapping YAML (``jsonl``/``hf``; optional override elsewhere).
+        version: which release version to read, for a format published in several (PMC-VQA: ``1`` or ``2``).
 
     Raises:
         AdapterError: unknown format, unreadable source, bad mapping, or no usable rows.
@@ -36,7 +38,10 @@ def convert(fmt: str, input_path: str | Path, out: str | Path, mapping: str | Pa
     if not input_path.exists():
         raise AdapterError(f"{input_path}: no such file or folder")
     loaded = load_mapping(mapping) if mapping is not None else None
-    return write_dataset(adapter, adapter.read(input_path, loaded), input_path, Path(out), loaded)
+    if version is not None and not adapter.versions:
+        raise AdapterError(f"format '{fmt}' is published in one version: drop --version")
+    rows = adapter.read(input_path, loaded, version) if adapter.versions else adapter.read(input_path, loaded)
+    return write_dataset(adapter, rows, input_path, Path(out), loaded)
 
 
 __all__ = ["ADAPTERS", "Adapter", "AdapterError", "ConvertReport", "convert"]

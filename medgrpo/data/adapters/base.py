@@ -62,7 +62,8 @@ class Adapter:
     licence: str
     homepage: str
     layout: str
-    read: Callable[[Path, dict[str, Any] | None], Iterator[SourceRow]]
+    read: Callable[..., Iterator[SourceRow]]  # (path, mapping[, version]) -> rows
+    versions: tuple[str, ...] = ()  # releases published in several versions (``--version``)
 
 
 def norm_split(name: str) -> str:
@@ -97,13 +98,18 @@ def closed_or_open(question: str, answer: Any, closed: bool | None = None) -> di
     return {"question": question, "options": [], "answer": text}
 
 
+def _plain(text: str) -> str:
+    return " ".join(text.strip().rstrip(".").lower().split())
+
+
 def letter_of(options: list[str], answer: str) -> str | None:
-    """The letter of ``answer`` among ``options``: a letter itself, or the option text (case-insensitive)."""
+    """The letter of ``answer`` among ``options``: a letter itself, or the option text, compared without case,
+    surrounding or repeated spaces, or a trailing full stop (releases differ from their own options so)."""
     answer = answer.strip()
     if len(answer) == 1 and answer.upper() in LETTERS[: len(options)]:
         return answer.upper()
-    lowered = [o.strip().lower() for o in options]
-    return LETTERS[lowered.index(answer.lower())] if answer.lower() in lowered else None
+    plain = [_plain(o) for o in options]
+    return LETTERS[plain.index(_plain(answer))] if _plain(answer) in plain else None
 
 
 def _materialise(ref: ImageRef, images_dir: Path, done: dict[str, str], input_root: Path) -> str:
