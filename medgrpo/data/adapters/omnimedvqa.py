@@ -5,7 +5,9 @@ of items with ``dataset``, ``question_id``, ``question_type`` (``Modality Recogn
 Identification``, ``Disease Diagnosis``, ``Lesion Grading``, ``Other Biological Attributes``), ``question``,
 ``gt_answer`` (the option text), ``option_A`` ... ``option_D`` (two to four present), ``image_path`` (relative to
 the release root, e.g. ``Images/<dataset>/...``) and ``modality_type``. It is an evaluation benchmark: every
-row goes to the ``test`` split.
+row goes to the ``test`` split. Quirks read as published: some files name the modality ``modality`` (``Chest CT
+Scan.json``); ``gt_answer`` can differ from its option by case or a trailing full stop; the Restricted-access files
+give image paths relative to the original dataset, found under ``Images/<dataset>/`` once it is placed there.
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ def read(path: Path, mapping: dict[str, Any] | None = None) -> Iterator[SourceRo
                 "answer": answer,
             }
             name = str(item["image_path"])
-            yield SourceRow(where, "test", record, [ImageRef(name, path=path / name)])
+            image = path / name
+            if not image.is_file() and item.get("dataset"):  # Restricted-access: relative to the original dataset
+                image = path / "Images" / str(item["dataset"]) / name
+                name = f"Images/{item['dataset']}/{name}"
+            yield SourceRow(where, "test", record, [ImageRef(name, path=image)])
 
 
 ADAPTER = Adapter(
