@@ -61,6 +61,36 @@ def test_vqa_rad(tmp_path):
     assert len(list((tmp_path / "out" / "images").rglob("*.jpg"))) == 2
 
 
+def test_vqa_rad_xml_release_converts_like_the_json(tmp_path):
+    """The OSF release also publishes the table as XML, one element per question with its fields as children."""
+    src = _source(tmp_path, "vqa_rad", ["VQA_RAD Image Folder/synpic100.jpg", "VQA_RAD Image Folder/synpic200.jpg"])
+    items = json.loads((src / "VQA_RAD Dataset Public.json").read_text())
+    fields = "".join(
+        "<VQA_RAD_Public>" + "".join(f"<{k}>{v}</{k}>" for k, v in item.items()
+                                     if isinstance(v, str | int | float)) + "</VQA_RAD_Public>"
+        for item in items)
+    xml = src / "VQA_RAD Dataset Public.xml"
+    xml.write_text(f"<?xml version='1.0' encoding='utf-8'?><dataroot>{fields.replace('&', '&amp;')}</dataroot>")
+    from_json = convert("vqa_rad", src, tmp_path / "json")
+    (src / "VQA_RAD Dataset Public.json").unlink()
+    from_xml = convert("vqa_rad", src, tmp_path / "xml")
+    assert from_xml.kept == from_json.kept and len(from_xml.dropped) == len(from_json.dropped)
+    assert {k: (r.question, r.options, r.answer) for k, r in _load_all(tmp_path / "xml").items()} == \
+        {k: (r.question, r.options, r.answer) for k, r in _load_all(tmp_path / "json").items()}
+
+
+def test_vqa_rad_hub_parquet_copy(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for split in ("train", "test"):
+        (tmp_path / "vqarad" / "default" / split).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(_hf_rows()), tmp_path / "vqarad/default" / split / "0000.parquet")
+    report = convert("vqa_rad", tmp_path / "vqarad", tmp_path / "out")
+    assert report.kept == {"train": 2, "test": 2}
+    assert all(r.id.startswith("vqa_rad-default-") for r in _load_all(tmp_path / "out").values())
+
+
 def test_slake_keeps_english_and_maps_splits(tmp_path):
     src = _source(tmp_path, "slake", ["imgs/xmlab0/source.jpg", "imgs/xmlab1/source.jpg"])
     report = convert("slake", src, tmp_path / "out")
