@@ -174,7 +174,7 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
             "ischemic",
             "ischaemic",
         ),
-        "fracture": ("fracture", "fractures", "fractured"),
+        "fracture": ("fracture", "fractures", "fractured", "cortical break", "cortical disruption"),
         "effusion": ("effusion", "effusions", "fluid collection"),
         "consolidation": (
             "consolidation", "pneumonia", "infiltrate", "infiltrates", "infiltration", "airspace opacity",
@@ -246,12 +246,15 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
         "bilateral": ("bilateral", "bilaterally", "both sides"),
     },
     "location": {
-        "upper": ("upper", "superior", "top", "apical", "apex"),
-        "lower": ("lower", "inferior", "bottom", "basal"),
+        "upper": ("upper", "superior", "superiorly", "top", "apical", "apex"),
+        "lower": ("lower", "inferior", "inferiorly", "bottom", "basal"),
         "central": ("central", "centre", "center", "centrally", "middle", "midline"),
         "peripheral": ("peripheral", "periphery", "peripherally"),
-        "anterior": ("anterior", "ventral"),
-        "posterior": ("posterior", "dorsal"),
+        "anterior": ("anterior", "anteriorly", "ventral"),
+        "posterior": ("posterior", "posteriorly", "dorsal"),
+        # breast quadrants and limbs are named inner/outer as much as medial/lateral
+        "medial": ("medial", "medially", "inner"),
+        "lateral": ("lateral", "laterally", "outer"),
     },
     "appearance": {
         "bright": (
@@ -416,6 +419,9 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "barrett's esophagus": ("columnar lined esophagus", "columnar metaplasia of the esophagus"),
     "glioblastoma": ("grade iv astrocytoma", "grade 4 astrocytoma", "glioblastoma multiforme"),
     "ultrasound": ("echography", "sonographic image"),
+    "axial": ("transaxial", "transverse plane", "transverse section"),
+    "sagittal": ("midsagittal", "parasagittal", "mid sagittal"),
+    "coronal": ("frontal plane",),
 }
 """Clinical synonyms read as the name an option usually has ("optic nerve head" names "Optic disc",
 "cholelithiasis" names "Gallstones"): data, like the tables above."""
@@ -529,6 +535,8 @@ OPPOSITES: dict[str, frozenset[str]] = {
     "peripheral": frozenset({"central"}),
     "anterior": frozenset({"posterior"}),
     "posterior": frozenset({"anterior"}),
+    "medial": frozenset({"lateral"}),
+    "lateral": frozenset({"medial"}),
     "bright": frozenset({"dark"}),
     "dark": frozenset({"bright"}),
     "irregular": frozenset({"well_defined"}),
