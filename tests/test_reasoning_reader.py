@@ -46,6 +46,14 @@ CLEAR = rec("Are the lungs clear?", ["Yes", "No"])
         (SHIFT, "The mediastinum is displaced to the left: mediastinal shift is present.", "B"),
         (CLEAR, "The lungs are clear bilaterally.", "A"),
         (CLEAR, "Right lower lobe consolidation with an air bronchogram.", "B"),
+        # a question that asks for an absence: a finding answers No
+        (rec("Is the liver free of focal lesions?", ["Yes", "No"]), "There is a hypodense lesion in the liver.", "B"),
+        (rec("Is the liver free of focal lesions?", ["Yes", "No"]), "No focal lesion is seen in the liver.", "A"),
+        # a property: its own words ("not correctly positioned"), or how the finding looks
+        (rec("Is the endotracheal tube correctly positioned?", ["Yes", "No"]),
+         "The tip projects below the carina, so the tube is not correctly positioned.", "B"),
+        (rec("Is the lesion well circumscribed?", ["Yes", "No"]), "An irregular, spiculated mass.", "B"),
+        (rec("Is the lesion well circumscribed?", ["Yes", "No"]), "A round, well-defined nodule.", "A"),
         # the reasoning's own "Yes," / "No." answers it
         (PTX, "Yes, a pneumothorax.", "A"),
         (PTX, "Looking at the apex. No.", "B"),

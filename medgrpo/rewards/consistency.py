@@ -122,6 +122,8 @@ def stance(sentence: Sentence, yes_no: YesNo) -> str:
                 said = "no"
     if not said and yes_no.words is not None:
         said = _SAID[mention(sentence, yes_no.words)]
+    if yes_no.inverted and said and not sentence.says:
+        said = "no" if said == "yes" else "yes"
     return said
 
 

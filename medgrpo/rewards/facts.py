@@ -128,6 +128,7 @@ class YesNo:
     head: frozenset[str]
     where: frozenset[str]
     words: re.Pattern[str] | None
+    inverted: bool = False  # the question asks for an absence ("is the liver free of lesions?"): a finding is "No"
 
 
 _ASKS = re.compile(
@@ -137,6 +138,12 @@ _ASKS = re.compile(
     r"obtained with|taken with|acquired with|acquired by|an?|the)\s+)*"
 )
 _ASKED_AFTER = re.compile(r"\s(?:used|given|administered|performed|obtained|noted|identified|depicted|shown)\b.*")
+
+
+def _either(*patterns: re.Pattern[str] | None) -> re.Pattern[str] | None:
+    """One pattern matching any of ``patterns``."""
+    kept = [p for p in patterns if p is not None]
+    return re.compile("|".join(p.pattern for p in kept)) if len(kept) > 1 else (kept[0] if kept else None)
 
 
 _AUX = frozenset(("is", "are", "was", "were", "does", "do", "did", "can", "could", "has", "have"))
@@ -156,11 +163,17 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
         yes, no = "yes", "no"
     else:
         return None
-    asked = read(question.rstrip().rstrip("?")).asserted  # as a statement: a question claims nothing
+    statement = read(question.rstrip().rstrip("?"))  # as a statement: a question claims nothing
+    asked = statement.asserted
+    absent = frozenset(c for c in statement.denied if CATEGORY[c] in ("finding", "generic"))
+    if absent and not any(CATEGORY[c] in ("finding", "generic") for c in asked):
+        # "is the liver free of focal lesions?", "is there no evidence of infarct?": Yes is the absence
+        return YesNo(yes, no, absent, frozenset(), None, inverted=True)
     by_cat: dict[str, set[str]] = {}
     for c in asked:
         by_cat.setdefault(CATEGORY[c], set()).add(c)
-    where = frozenset(by_cat.get("laterality", set()) | by_cat.get("location", set()))
+    # what qualifies a finding: where it is, and how it looks ("is the lesion well circumscribed?")
+    where = frozenset(c for cat in ("laterality", "location", "appearance", "size") for c in by_cat.get(cat, ()))
     subject = _ASKS.sub("", " ".join(_WORD_RE.findall(normalize_text(question).lower())))
     subject = re.split(r"\s(?:in|on|at|of|within|seen|visible|present|noted|identified)\s", f" {subject} ")[0]
     phrases = _phrases(frozenset(asked))
@@ -169,7 +182,10 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
     unread = [i for i, w in enumerate(subject_words) if w not in _PLAIN and not any(w in p.split() for p in phrases)]
     # the run of the subject's words from its first word the lexicon does not read to its last ("are the lungs
     # clear?": "clear"; "intraretinal or subretinal fluid")
-    words = word_pattern(subject_words[unread[0] : unread[-1] + 1][:6]) if unread else None
+    run = subject_words[unread[0] : unread[-1] + 1][:6] if unread else []
+    # the whole run, and its last two words: "is the tube correctly positioned?" is answered "... not correctly
+    # positioned"
+    words = _either(word_pattern(run), word_pattern(run[-2:]) if len(run) > 2 else None)
     unread = [subject_words[i] for i in unread]
     if "clear" in unread:  # "are the lungs clear?" asks whether they are normal
         by_cat.setdefault("normal", set()).add("normal")
@@ -177,7 +193,7 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
         head = frozenset(c for cat in cats for c in by_cat.get(cat, ()))
         if not head:
             continue
-        if cats == ("generic",) and where:  # "is the lesion on the left?": the side is what is asked
+        if cats == ("generic",) and where:  # "is the lesion on the left?": the side (or the look) is asked
             return YesNo(yes, no, where, frozenset(), words)
         if cats[0] in ("modality", "anatomy") and words is not None:  # "is the heart enlarged?"
             return YesNo(yes, no, frozenset(), frozenset(), words)

@@ -181,7 +181,10 @@ _TABLE: dict[str, dict[str, tuple[str, ...]]] = {
         ),
         # NIH ChestX-ray14 findings
         "atelectasis": ("atelectasis", "atelectatic"),
-        "cardiomegaly": ("cardiomegaly", "enlarged heart", "enlarged cardiac silhouette"),
+        "cardiomegaly": (
+            "cardiomegaly", "enlarged heart", "enlarged cardiac silhouette", "cardiac silhouette is enlarged",
+            "heart is enlarged", "enlarged cardiac shadow",
+        ),
         "pneumothorax": ("pneumothorax", "pneumothoraces"),
         "emphysema": ("emphysema", "emphysematous"),
         "fibrosis": ("fibrosis", "fibrotic"),
@@ -422,6 +425,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "axial": ("transaxial", "transverse plane", "transverse section"),
     "sagittal": ("midsagittal", "parasagittal", "mid sagittal"),
     "coronal": ("frontal plane",),
+    "ap": ("anteroposterior", "antero posterior"),
+    "pa": ("posteroanterior", "postero anterior"),
 }
 """Clinical synonyms read as the name an option usually has ("optic nerve head" names "Optic disc",
 "cholelithiasis" names "Gallstones"): data, like the tables above."""
