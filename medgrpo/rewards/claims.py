@@ -373,7 +373,7 @@ _LETTER_AFTER = re.compile(
 _MARKUP = str.maketrans({"*": None, "`": None, "#": None, "\u2019": "'"})  # markdown is layout, not words
 # option letters written bare, in forms no article takes: "so not A", "rules out B"; "C is correct"
 _LETTER_DENIED = re.compile(
-    r"\b(?:not|excludes?|excluding|eliminates?|rules?\s+out|ruling\s+out|rather\s+than|except)\s+"
+    r"\b(?i:not|excludes?|excluding|eliminates?|rules?\s+out|ruling\s+out|rather\s+than|except)\s+"
     r"(?:option\s+)?\(?([A-J])\)?(?![\w'\u2019])"
 )
 _LETTER_FIRST = re.compile(

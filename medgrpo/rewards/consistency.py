@@ -344,6 +344,9 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
         hits = _left_standing(reading, facts)
         if hits:
             return Commitments(hits, len(sentences) - 1, _NONE.union(*content), _NONE.union(*content), False, hits)
+    if len(hits) > 1:  # a hedge between options one of which the reasoning rejects is about the others
+        kept = frozenset(h for h in hits if not _rejected(reading, facts, facts.letters.index(h)))
+        hits = kept or hits
     if hits and any(s.undecided for s in sentences[index:]):
         hits, index = _NONE, len(sentences)  # "... or an artifact; I can't decide": nothing is concluded
     mixed = False

@@ -27,7 +27,8 @@ _PLAIN = frozenset((
     "a", "an", "the", "of", "in", "on", "at", "to", "with", "and", "or", "by", "for", "from", "is", "are", "this",
     "that", "side", "sided", "lobe", "region", "area", "quadrant", "zone", "part", "portion", "view", "image",
     "imaging", "scan", "study", "sequence", "type", "only", "both", "seen", "present", "finding", "findings",
-    "appearance", "pattern", "changes", "disease", "structure", "tissue", "cell", "cells", "normal",
+    "appearance", "pattern", "changes", "disease", "structure", "tissue", "cell", "cells", "normal", "territory",
+    "distribution",
 ))
 """Words an option can hold without saying more than its lexicon concepts ("Left upper *quadrant*"); they
 never tell one option from another on their own either."""
@@ -37,8 +38,13 @@ def _option_phrases(option: str) -> list[list[str]]:
     """The word lists an option is written as: its whole text, and with a parenthesis its text outside and
     inside it ("Histopathology (H&E)": also "histopathology" and "hematoxylin and eosin")."""
     whole = _option_words(option)
+    core = whole[:]  # without plain words at either end: "Left MCA territory" is also "left MCA"
+    while core and core[-1] in _PLAIN:
+        core.pop()
+    while core and core[0] in _PLAIN:
+        core.pop(0)
     if "(" not in option:
-        return [whole]
+        return [whole, core] if core and core != whole else [whole]
     outside = _option_words(re.sub(r"\([^)]*\)", " ", option))
     inside = [w for part in re.findall(r"\(([^)]*)\)", option) for w in _option_words(part)]
     return [whole, *(p for p in (outside, inside) if p and p != whole)]
