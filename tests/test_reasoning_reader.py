@@ -177,8 +177,8 @@ def test_a_committed_conclusion_scores_above_a_hedge(options, data):
 
 def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
     """A guard on the tuned half (the README quotes the untouched test half): consistency agrees with the
-    labels on at least 89% of the items, pays at most 3 inconsistent completions in full, and scores at most 3
-    consistent ones below 0.5 (measured: 91.1%, 2, 1 of 224)."""
+    labels on at least 89.5% of the items, pays at most 7 inconsistent completions in full, and scores at most 6
+    consistent ones below 0.5 (measured: 90.5%, 6, 5 of 336)."""
     rows = [json.loads(line) for line in (SET_DIR / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
     agree = below = paid_wrong = 0
     for row in rows:
@@ -188,5 +188,5 @@ def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
         agree += (score == 1.0) == row["consistent"]
         below += row["consistent"] and score < 0.5
         paid_wrong += score == 1.0 and not row["consistent"]
-    assert len(rows) >= 200
-    assert agree >= 0.89 * len(rows) and below <= 3 and paid_wrong <= 3
+    assert len(rows) >= 300
+    assert agree >= 0.895 * len(rows) and below <= 6 and paid_wrong <= 7

@@ -776,12 +776,11 @@ WRITTEN = [
      "answer is C (brain)."),
     (LOCATION, "The large hyperintense mass of this brain MRI sits in the left upper quadrant. The right upper, left "
      "lower and right lower quadrants appear unremarkable. The answer is A."),
-    limit("a counterfactual is read as a claim", MODALITY, "The image is a cross-sectional MRI of the brain. It is "
-          "not a CT, since bone is not bright. An X-ray would be a projection image, which this is not. The answer "
-          "is B."),
-    limit("a counterfactual is read as a claim", PATHOLOGY, "On this brain MRI there is a large irregular "
-          "hyperintense mass. A simple cyst would be round and well-defined, which is not the case. Therefore the "
-          "answer is D (mass)."),
+    # counterfactuals weigh their subject without claiming it
+    (MODALITY, "The image is a cross-sectional MRI of the brain. It is not a CT, since bone is not bright. An X-ray "
+     "would be a projection image, which this is not. The answer is B."),
+    (PATHOLOGY, "On this brain MRI there is a large irregular hyperintense mass. A simple cyst would be round and "
+     "well-defined, which is not the case. Therefore the answer is D (mass)."),
     limit("a general statement about an option is read as a claim", MODALITY, "The contrast points to MRI rather "
           "than CT. X-ray and ultrasound do not produce cross-sections like this. Conclusion: MRI, option B."),
     limit("framing split from its object", ANOMALY_NORMAL, "I carefully inspected the chest CT for masses, nodules "

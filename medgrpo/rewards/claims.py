@@ -164,6 +164,7 @@ _CUES: dict[str, str] = {
             "would produce",
             "would not",
             "would require",
+            "would be",
             "should be seen",
             "should show",
             "should have",
@@ -281,8 +282,15 @@ _CUES: dict[str, str] = {
             "didn't",
             "can't see",
             "cannot see",
+            "nothing",
         ),
         "neg",
+    ),
+    # after a negation in its sentence, what is "suggested" is denied too ("no serrated architecture to suggest
+    # a hyperplastic polyp", "nothing to suggest X"); without one it concludes ("findings to suggest X")
+    **dict.fromkeys(("to suggest", "to indicate", "to support", "to favor", "to raise concern for"), "tosug"),
+    **dict.fromkeys(
+        ("would be consistent with", "would be in keeping with", "would fit with", "would favor"), "cue"
     ),
     **dict.fromkeys(("non",), "non"),  # "non-contrast CT": the prefix denies its own word only
     # the reasoning says it cannot choose: a conclusion before it does not stand
@@ -305,6 +313,9 @@ _CUES: dict[str, str] = {
             "cannot differentiate",
             "unable to differentiate",
             "undecided",
+            "hard to tell",
+            "difficult to tell",
+            "hard to say",
         ),
         "und",
     ),
@@ -575,6 +586,7 @@ def read_sentence(text: str) -> Sentence | None:
     covered = 0  # the end of the last box or "(C)": nothing inside them is a claim
     scopes: list[tuple[int, str]] = []
     non_end = -1  # where a "non" prefix ends: the word right after it is denied
+    negated_before = False  # the sentence has negated something before this point
     for m in sorted(marks + words, key=_start) if marks and words else marks or words:
         if m.re is not _MARKS:  # a word; positions in " " + low: m.start() is the word's, m.end() one past it
             if m.start() < covered:
@@ -598,7 +610,7 @@ def read_sentence(text: str) -> Sentence | None:
                     clause.append([concept, neg])
                     said.append(word)
             elif kind == "neg" or kind == "rel":
-                neg, negated_at = True, len(clause)
+                neg, negated_at, negated_before = True, len(clause), True
                 neg_end = m.end() - 1 if kind == "neg" else -1
             elif kind == "cue":
                 cue = True
@@ -619,9 +631,14 @@ def read_sentence(text: str) -> Sentence | None:
             elif kind == "hyp" and not hyp:
                 hyp, hyp_at = True, m.start()
             elif kind == "unc":  # "X cannot be excluded", "cannot rule out X": the clause claims nothing
-                clause.clear()
+                clause[:] = [item for item in clause if item[0][0] == "#"]  # "the answer would be C" stays
                 said.clear()
                 conc = True
+            elif kind == "tosug":
+                if negated_before:
+                    neg, negated_at, neg_end = True, len(clause), m.end() - 1
+                else:
+                    cue = True
             elif kind == "clause" or kind == "conc" or kind == "rev":
                 cue = cue or kind == "rev"
                 if negated_at == len(clause):  # its negation closes it (-1 when it has none)

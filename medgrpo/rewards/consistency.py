@@ -182,11 +182,12 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             named.append(i)
         elif sentence.cue and (  # a word or concept of its own is weak evidence: only where a sentence concludes
             (worded_sentence and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0)
-            or (facts.option_own[i] and facts.option_own[i] <= sentence.asserted)
+            or (facts.option_covered[i] and facts.option_own[i] and facts.option_own[i] <= sentence.asserted)
         ):
             loose.append(i)
     hits: set[str] = set()
     by_text = (worded + named) or loose
+    weak = not (worded or named)
     for i in by_text:
         concepts = facts.option_concepts[i]
         if not any(
@@ -203,8 +204,15 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
         tail = read_sentence(sentence.low[cue:]) if cue else None
         concluded = by_content(tail, facts) & hits if tail is not None else _NONE
         if concluded:
-            return concluded
-    return frozenset(hits) if hits else _NONE
+            return _Loose(concluded) if weak else concluded
+    if not hits:
+        return _NONE
+    return _Loose(hits) if weak else frozenset(hits)
+
+
+class _Loose(frozenset):
+    """Options a sentence names only by a word or concept of their own: enough for a conclusion, too weak to
+    contradict a letter the reasoning writes."""
 
 
 # record facts -> {sentence: its by_content}: one dict per record, so that looking a completion's sentences up
@@ -323,8 +331,15 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
         for i, s in enumerate(sentences)
     ]
     hits, index = _conclusion(sentences, committed)
-    # A conclusion's label ("Impression: ...") the reader cannot read leaves the reasoning's conclusion unknown:
-    # an earlier mention, or a later aside, is not it.
+    # A conclusion's label ("Impression: X") is the conclusion: the discussion after it ("the lunate lies ulnar
+    # ..., so it is not the indicated bone") is not, unless it revises ("however, on reflection, Y").
+    labelled = next((i for i in range(index - 1, -1, -1) if sentences[i].heads and committed[i]), -1)
+    if labelled >= 0 and not sentences[index].heads and not any(
+        kind == "rev" for s in sentences[labelled + 1 : index + 1] for _, kind in s.scopes
+    ):
+        hits, index = committed[labelled], labelled
+    # A conclusion's label the reader cannot read leaves the reasoning's conclusion unknown: an earlier mention,
+    # or a later aside, is not it.
     head = next((i for i in range(len(sentences) - 1, -1, -1) if sentences[i].heads), -1)
     if hits and head >= 0 and not committed[head] and (index < head or not sentences[index].cue):
         hits, index = _NONE, len(sentences)
@@ -332,7 +347,7 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
         # A conclusion by letter alone ("**Answer: B**") restates the answer; the reasoning concluded where it
         # last committed by content, and that conclusion stands beside the letter: a letter of another option
         # contradicts it, one of a hedge's options stays a hedge.
-        argued, at = _concluded(sentences[:index], content[:index])
+        argued, at = _concluded(sentences[:index], [_NONE if isinstance(c, _Loose) else c for c in content[:index]])
         argued = frozenset(a for a in argued if not _rejected(reading, facts, facts.letters.index(a)))
         if any(sentences[i].heads and not committed[i] for i in range(at + 1, index)):
             argued = _NONE  # an unread conclusion stands between: the letter stands alone

@@ -424,7 +424,7 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "ultrasound": ("echography", "sonographic image"),
     "axial": ("transaxial", "transverse plane", "transverse section"),
     "sagittal": ("midsagittal", "parasagittal", "mid sagittal"),
-    "coronal": ("frontal plane",),
+    "coronal": ("frontal plane", "frontal reconstruction", "frontal reformat", "frontal section"),
     "ap": ("anteroposterior", "antero posterior"),
     "pa": ("posteroanterior", "postero anterior"),
 }
