@@ -128,6 +128,17 @@ def test_a_final_letter_that_is_not_the_argued_conclusion_contradicts_it():
     assert consistency(hedge, "B", BRAIN) == 0.5  # a hedge stays a hedge
 
 
+def test_a_pronoun_rejection_and_weak_evidence():
+    """"..., so not that either" rejects what its sentence named; a conclusion that names an option only by a word
+    of its own does not punish an answer it disagrees with (it may be a description)."""
+    bones = rec("Which bone is marked?", ["Lunate", "Scaphoid", "Trapezium", "Capitate"], "B", "anatomy_identification")
+    think = "So it is the scaphoid, not the lunate. The trapezium is in the distal row, so not that either."
+    assert consistency(think, "B", bones) == 1.0
+    optic = rec("Which structure is marked?", ["Macula", "Optic disc", "Retinal vein"], "B", "anatomy_identification")
+    assert consistency("So the marked area is where the optic fibres gather.", "B", optic) == 1.0
+    assert consistency("So the marked area is where the optic fibres gather.", "A", optic) == 0.5
+
+
 def test_reasoning_that_cannot_decide_concludes_nothing():
     think = "It could be an intracranial hemorrhage, or it could be a glioma. I cannot decide between them."
     assert consistency(think, "B", BRAIN) == 0.5
@@ -178,7 +189,7 @@ def test_a_committed_conclusion_scores_above_a_hedge(options, data):
 def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
     """A guard on the tuned half (the README quotes the untouched test half): consistency agrees with the
     labels on at least 89.5% of the items, pays at most 7 inconsistent completions in full, and scores at most 6
-    consistent ones below 0.5 (measured: 90.5%, 6, 5 of 336)."""
+    consistent ones below 0.5 (measured: 91.4%, 6, 2 of 336)."""
     rows = [json.loads(line) for line in (SET_DIR / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
     agree = below = paid_wrong = 0
     for row in rows:

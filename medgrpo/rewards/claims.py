@@ -293,6 +293,12 @@ _CUES: dict[str, str] = {
         ("would be consistent with", "would be in keeping with", "would fit with", "would favor"), "cue"
     ),
     **dict.fromkeys(("non",), "non"),  # "non-contrast CT": the prefix denies its own word only
+    # a pronoun's rejection closes a sentence about one option: "the trapezium is distal, so not that either"
+    **dict.fromkeys(
+        ("not that either", "not that one", "not this one", "so not that", "that's out", "that is out",
+         "so that's out", "not this either"),
+        "rejall",
+    ),
     # the reasoning says it cannot choose: a conclusion before it does not stand
     **dict.fromkeys(
         (
@@ -626,6 +632,12 @@ def read_sentence(text: str) -> Sentence | None:
                     item[1] = True
             elif kind == "non":
                 non_end = m.end()
+            elif kind == "rejall":  # everything the sentence named so far is what "that" rejects
+                for item in clause + labelled + [it for items in held for it in items]:
+                    item[1] = True
+                denied.update(asserted)
+                asserted.clear()
+                polarity.discard("abnormal")
             elif kind == "neut":
                 neut = True
             elif kind == "hyp" and not hyp:
@@ -744,7 +756,7 @@ def _says(low: str) -> str:
 
 
 _DENY_BEFORE = frozenset(("neg", "rel"))  # a cue of these kinds before a mention in its clause denies it
-_DENY_AFTER = frozenset(("post", "rel"))  # ... and of these after it
+_DENY_AFTER = frozenset(("post", "rel", "rejall"))  # ... and of these after it
 _BREAKS = frozenset((",", ";", ":", "clause", "conc", "rev"))
 
 
@@ -775,7 +787,9 @@ def mention(sentence: Sentence, pattern: re.Pattern[str], after: int = 0) -> int
         if "conc" in kinds_before or "unc" in kinds_before or "unc" in kinds_after or "hyp" in kinds_before:
             continue
         denied = not _DENY_BEFORE.isdisjoint(kinds_before) or not _DENY_AFTER.isdisjoint(kinds_after)
-        denied = denied or any(kind == "non" and 0 < at - pos <= 4 for pos, kind in sentence.scopes)
+        denied = denied or any(
+            (kind == "non" and 0 < at - pos <= 4) or (kind == "rejall" and pos > at) for pos, kind in sentence.scopes
+        )
         if listed and not denied:  # "no lesion in the right upper, left lower or right lower quadrants"
             gap = sentence.low[start + 1 : at].split()
             denied = all(w in _LIST_WORDS for w in gap)

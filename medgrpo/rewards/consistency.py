@@ -271,6 +271,7 @@ class Commitments(NamedTuple):
     mixed: bool  # the concluding sentence names one option by letter and another, or a class not offered,
                  # by content
     said: frozenset[str]  # the options the concluding sentence commits to by content
+    loose: bool = False  # the conclusion names its options only by words or concepts of their own
 
 
 def _conclusion(sentences: tuple[Sentence, ...], committed: list[frozenset[str]]) -> tuple[frozenset[str], int]:
@@ -371,7 +372,7 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
             len(letters) == 1 and not said and _names_against(sentences[index], facts, next(iter(letters))))
     body = _NONE.union(*content[:index])
     said = content[index] if hits else _NONE
-    return Commitments(hits, index, body, body.union(*content[index:]), mixed, said)
+    return Commitments(hits, index, body, body.union(*content[index:]), mixed, said, isinstance(hits, _Loose))
 
 
 def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
@@ -439,8 +440,8 @@ def consistency_verdict(
         if polarity is not None and reading.polarity == {polarity}:
             return _AGREE
         return _NO_CONCLUSION
-    if choice not in hits:
-        return _CONTRADICT
+    if choice not in hits:  # weak evidence does not punish: a word of another option's own may be a description
+        return _NO_CONCLUSION if argument.loose else _CONTRADICT
     if len(hits) == 1:
         return _AGREE
     return Verdict(1.0 / len(hits), "hedge")

@@ -425,6 +425,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "axial": ("transaxial", "transverse plane", "transverse section"),
     "sagittal": ("midsagittal", "parasagittal", "mid sagittal"),
     "coronal": ("frontal plane", "frontal reconstruction", "frontal reformat", "frontal section"),
+    "melanoma": ("malignant melanocytic neoplasm", "malignant melanocytic lesion", "malignant melanocytic tumor"),
+    "hippocampus": ("cornu ammonis", "ammon's horn", "ammons horn"),
     "ap": ("anteroposterior", "antero posterior"),
     "pa": ("posteroanterior", "postero anterior"),
 }
