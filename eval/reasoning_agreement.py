@@ -1,11 +1,12 @@
 """How well the rule verifiers read reasoning as real models write it: agreement with a careful reader's labels.
 
-    OMP_NUM_THREADS=1 .venv/bin/python eval/reasoning_agreement.py [--split dev|test|both] [--show] [--json OUT]
+    OMP_NUM_THREADS=1 .venv/bin/python eval/reasoning_agreement.py [--split dev|val|test|all] [--show] [--json OUT]
 
-The labelled set lives in ``eval/reasoning_set/{dev,test}.jsonl`` (format: ``eval/reasoning_set/README.md``):
+The labelled set lives in ``eval/reasoning_set/{dev,val,test}.jsonl`` (format: ``eval/reasoning_set/README.md``):
 completions written in the styles of real VLMs (Qwen2.5-VL, Qwen3-VL, GPT-4o, MedGemma, LLaVA-Med), each labelled
 with what its reasoning concludes, whether that is the answer it gives (``consistent``) and whether it is the gold
-answer (``reasoning_correct``). Tune on ``dev``; ``test`` is read only to report.
+answer (``reasoning_correct``). Tune on ``dev``; ``val`` chooses between versions; ``test`` is read only to
+report.
 
 Consistency: the verifier *pays* a completion when it scores 1.0 (``agree``); it agrees with the reader when it
 pays exactly the completions labelled consistent. A false negative is a consistent completion not paid (the
@@ -30,7 +31,7 @@ SET_DIR = Path(__file__).parent / "reasoning_set"
 
 
 def load_items(split: str) -> list[dict[str, Any]]:
-    """The labelled items of one split (``dev`` or ``test``)."""
+    """The labelled items of one split (``dev``, ``val`` or ``test``)."""
     path = SET_DIR / f"{split}.jsonl"
     items = []
     for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -131,11 +132,11 @@ def report(split: str, rows: list[dict[str, Any]], show: bool) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=("dev", "test", "both"), default="dev")
+    parser.add_argument("--split", choices=("dev", "val", "test", "all"), default="dev")
     parser.add_argument("--show", action="store_true", help="list every misread item (dev only)")
     parser.add_argument("--json", type=Path, help="also write the tallies as JSON here")
     args = parser.parse_args()
-    splits = ("dev", "test") if args.split == "both" else (args.split,)
+    splits = ("dev", "val", "test") if args.split == "all" else (args.split,)
     out: dict[str, Any] = {}
     for split in splits:
         items = load_items(split)
