@@ -221,7 +221,6 @@ class RecordFacts:
     options: tuple[str, ...]
     letters: str
     option_concepts: tuple[frozenset[str], ...]  # concepts each option text asserts
-    option_literal: tuple[str, ...]  # lower-cased option text, for options the lexicon cannot read
     option_polarity: tuple[str | None, ...]  # "normal" / "abnormal" / None
     option_words: tuple[re.Pattern[str] | None, ...]  # each option's text as written, plurals allowed
     option_keys: tuple[re.Pattern[str] | None, ...]  # its own words, found in no other option ("aortic")
@@ -341,7 +340,6 @@ def _facts(key: str) -> RecordFacts:
         options=options,
         letters=LETTERS[: len(options)],
         option_concepts=concepts,
-        option_literal=tuple(" ".join(w) for w in words),
         option_polarity=(None,) * len(options) if yes_no else _polarities(options, question),
         option_words=tuple(map(option_pattern, options)),
         option_keys=tuple(_keys(w, words[:i] + words[i + 1 :], asked) for i, w in enumerate(words)),

@@ -7,6 +7,10 @@ declared compatible pair such as MRI / contrast-enhanced MRI) or conflict (``lef
 ``MRI``). The verifiers compare concepts, never raw words, so a reasoning that says "hyperdense nodule" agrees
 with a record whose evidence says ``finding: "mass", appearance: ["bright"]``.
 
+Before any text is read, capitalised abbreviations are spelled out (:data:`ABBREVIATIONS`: "PTX", "LLL"), British
+spellings become American and clinical synonyms become the name an option usually has (:data:`SYNONYMS`:
+"optic nerve head" -> "optic disc"), so one phrase per concept suffices (:func:`normalize_text`).
+
 The lexicon is data: extend the tables below, nothing else has to change.
 """
 
@@ -450,9 +454,8 @@ def _american(m: re.Match) -> str:
     return out.capitalize() if word[0].isupper() else out
 
 
-def american_spelling(text: str) -> str:
-    """``text`` with British spellings of medical words in American spelling ("Haemorrhage" -> "Hemorrhage",
-    "oedema" -> "edema", "tumours" -> "tumors", "centre" -> "center"); the first letter keeps its case."""
+def _in_american(text: str) -> str:
+    """``text`` with British spellings of medical words in American spelling ("Haemorrhage" -> "Hemorrhage")."""
     return _BRITISH.sub(_american, text) if _british_hint(text.lower()) else text
 
 
@@ -464,7 +467,8 @@ def _british_hint(low: str) -> bool:
 
 def normalize_text(text: str) -> str:
     """How the verifiers read any text: abbreviations spelled out (:func:`expand_abbreviations`), American
-    spelling (:func:`american_spelling`), clinical synonyms as the usual name (:data:`SYNONYMS`)."""
+    spelling (British stems of medical words, "haemorrhage" -> "hemorrhage", "oedema" -> "edema", "tumour" -> "tumor"),
+    clinical synonyms as the usual name (:data:`SYNONYMS`)."""
     text = expand_abbreviations(text)
     low = text.lower()
     if _british_hint(low):
@@ -476,7 +480,7 @@ def normalize_text(text: str) -> str:
 def norm_phrase(text: str) -> str:
     """American spelling, lower case, hyphens/underscores/slashes as spaces, single spaces: how phrases are
     compared."""
-    return " ".join(re.sub(r"[-_/]", " ", american_spelling(text).lower()).split())
+    return " ".join(re.sub(r"[-_/]", " ", _in_american(text).lower()).split())
 
 
 for _cat, _concepts in _TABLE.items():
