@@ -175,21 +175,21 @@ class TransformersGenerator:
         (e.g. ``"ABCD"``); see :func:`candidate_scores`."""
         import torch
 
-        out = []
-        for prompt, prefix, opts in zip(batch, prefixes, letters, strict=True):
-            inputs = self._encode([prompt] * len(opts), [prefix + L + ANSWER_CLOSE for L in opts])
-            ids, mask = inputs["input_ids"], inputs["attention_mask"]
-            with torch.inference_mode():
-                logits = self.model(**inputs).logits[:, :-1, :].float()
-            token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
-            token_logp = torch.cat([torch.zeros_like(token_logp[:, :1]), token_logp], dim=1)  # one per token
-            rows_ids, rows_lp = [], []
-            for k in range(len(opts)):  # left padding: keep each candidate's real tokens
-                real = mask[k].bool()
-                rows_ids.append(ids[k][real].tolist())
-                rows_lp.append(token_logp[k][real].tolist())
-            out.append(dict(zip(opts, _softmax(candidate_scores(rows_ids, rows_lp)), strict=True)))
-        return out
+        flat = [(i, L) for i, opts in enumerate(letters) for L in opts]  # every candidate, one forward pass
+        inputs = self._encode([batch[i] for i, _ in flat], [prefixes[i] + L + ANSWER_CLOSE for i, L in flat])
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        with torch.inference_mode():
+            logits = self.model(**inputs).logits[:, :-1, :].float()
+        token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+        token_logp = torch.cat([torch.zeros_like(token_logp[:, :1]), token_logp], dim=1)  # one per token
+        per: list[list[tuple[list[int], list[float]]]] = [[] for _ in batch]
+        for k, (i, _) in enumerate(flat):  # left padding: keep each candidate's real tokens
+            real = mask[k].bool()
+            per[i].append((ids[k][real].tolist(), token_logp[k][real].tolist()))
+        return [
+            dict(zip(opts, _softmax(candidate_scores([c[0] for c in cands], [c[1] for c in cands])), strict=True))
+            for opts, cands in zip(letters, per, strict=True)
+        ]
 
 
 class VLLMGenerator:

@@ -14,9 +14,12 @@ reasoning itself, never from the answer block, the way a careful reader reads re
    pertinent negatives about other things do not answer "No".
 2. The conclusion is the last sentence with a conclusion cue ("therefore", "consistent with", "impression",
    "however", "the answer") that commits to something; failing that, the last sentence that commits to
-   something; failing that, the one option an option-by-option elimination leaves standing. A conclusion by
-   letter alone ("Answer: B") stands beside the last conclusion argued by content: a letter of another option
-   contradicts it. Reasoning that says it cannot decide concludes nothing.
+   something; failing that, the one option an option-by-option elimination leaves standing. An "Impression:"
+   line that commits stays the conclusion over the discussion after it, unless a revision follows. A conclusion
+   by letter alone ("Answer: B") stands beside the last conclusion argued by content: a letter of another option
+   contradicts it. Reasoning that says it cannot decide concludes nothing. A conclusion that names its options
+   only by a word or concept of their own can confirm an answer but not contradict it (0.5: it may be a
+   description).
 
 Scores: the conclusion commits to the answer alone: 1.0; to the answer and k-1 other options (hedging): 1/k;
 not to the answer, or by letter to one option and by content to another option or to a class the options do not
@@ -274,25 +277,20 @@ class Commitments(NamedTuple):
     loose: bool = False  # the conclusion names its options only by words or concepts of their own
 
 
-def _conclusion(sentences: tuple[Sentence, ...], committed: list[frozenset[str]]) -> tuple[frozenset[str], int]:
-    """Rule 2: the last sentence with a conclusion cue that commits to something; failing that, the last that
-    commits to something (``committed``: each sentence's commitments). ``(hits, index)``."""
+def _conclusion(
+    sentences: tuple[Sentence, ...], committed: list[frozenset[str]], cue_only: bool = False
+) -> tuple[frozenset[str], int]:
+    """Rule 2: the last sentence with a conclusion cue that commits to something; failing that (unless
+    ``cue_only``), the last that commits to something (``committed``: each sentence's commitments).
+    ``(hits, index)``; ``(nothing, len(sentences))`` when none."""
     hits, index = _NONE, len(sentences)
     for i in range(len(sentences) - 1, -1, -1):
         if committed[i]:
             if sentences[i].cue:
                 return committed[i], i
-            if not hits:
+            if not hits and not cue_only:
                 hits, index = committed[i], i
     return hits, index
-
-
-def _concluded(sentences: tuple[Sentence, ...], committed: list[frozenset[str]]) -> tuple[frozenset[str], int]:
-    """The last sentence with a conclusion cue that commits to something, ``(hits, index)``, else nothing."""
-    for i in range(len(sentences) - 1, -1, -1):
-        if committed[i] and sentences[i].cue:
-            return committed[i], i
-    return _NONE, len(sentences)
 
 
 def _rejected(reading: Reading, facts: RecordFacts, i: int) -> bool:
@@ -348,7 +346,9 @@ def commitments(reading: Reading, facts: RecordFacts) -> Commitments:
         # A conclusion by letter alone ("**Answer: B**") restates the answer; the reasoning concluded where it
         # last committed by content, and that conclusion stands beside the letter: a letter of another option
         # contradicts it, one of a hedge's options stays a hedge.
-        argued, at = _concluded(sentences[:index], [_NONE if isinstance(c, _Loose) else c for c in content[:index]])
+        argued, at = _conclusion(
+            sentences[:index], [_NONE if isinstance(c, _Loose) else c for c in content[:index]], cue_only=True
+        )
         argued = frozenset(a for a in argued if not _rejected(reading, facts, facts.letters.index(a)))
         if any(sentences[i].heads and not committed[i] for i in range(at + 1, index)):
             argued = _NONE  # an unread conclusion stands between: the letter stands alone
