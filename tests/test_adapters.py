@@ -134,6 +134,43 @@ def test_pmc_vqa_version_2_reads_letters_and_its_own_images_with_ids_apart_from_
         convert("vqa_rad", src, tmp_path / "x", version="2")
 
 
+def test_pmc_vqa_reads_the_file_names_and_column_spelling_of_the_dataset_card(tmp_path):
+    """The card names version 2 train2.csv / test2.csv / images2.zip and spells the label column Anwser_label."""
+    src = _source(tmp_path, "pmc_vqa", ["images2/PMC9_fig1.jpg", "images2/PMC9_fig2.jpg", "images2/PMC9_fig3.jpg",
+                                        "images/PMC1_fig1.jpg", "images/PMC2_fig3.jpg", "images/PMC4_fig1.jpg"])
+    for name in ("train_2.csv", "test_2.csv"):
+        (src / name).rename(src / name.replace("_2", "2"))
+    assert convert("pmc_vqa", src, tmp_path / "v2", version="2").kept == {"train": 2, "test": 1}
+    (src / "train.csv").write_text((src / "train.csv").read_text().replace("Answer_label", "Anwser_label"))
+    report = convert("pmc_vqa", src / "train.csv", tmp_path / "v1")
+    assert report.kept == {"train": 3} and _load_all(tmp_path / "v1")["pmc_vqa-v1-train-4"].answer == "B"
+
+
+def test_pmc_vqa_parquet_copies_of_the_tables_take_version_from_columns_and_split_from_folders(tmp_path):
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = _source(tmp_path, "pmc_vqa", PMC_IMAGES)
+    hub = tmp_path / "hub"
+    for name, folder in (("train.csv", "train"), ("test_clean.csv", "test_clean"), ("train_2.csv", "train2")):
+        with open(src / name, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        (hub / "default" / folder).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows), hub / "default" / folder / "0000.parquet")
+    shutil.copytree(src / "images", hub / "images")
+    with pytest.raises(AdapterError, match="both PMC-VQA versions"):
+        convert("pmc_vqa", hub, tmp_path / "refused")
+    report = convert("pmc_vqa", hub, tmp_path / "out", version="1")
+    assert report.kept == {"train": 3, "test_clean": 1}
+    assert len(report.dropped) == 1 and "train/0000.parquet:row 3" in report.dropped[0][0]
+    # the same ids as the CSV release: the row's place in its table
+    convert("pmc_vqa", src, tmp_path / "csv", version="1")
+    from_csv = {k: (r.question, r.answer) for k, r in _load_all(tmp_path / "csv").items() if "-test-" not in k}
+    assert {k: (r.question, r.answer) for k, r in _load_all(tmp_path / "out").items()} == from_csv
+
+
 def test_omnimedvqa_matches_answer_text_to_option(tmp_path):
     src = _source(tmp_path, "omnimedvqa", ["Images/TinySet/img_001.png", "Images/TinySet/img_002.png"])
     report = convert("omnimedvqa", src, tmp_path / "out")
@@ -142,6 +179,34 @@ def test_omnimedvqa_matches_answer_text_to_option(tmp_path):
     assert recs["omnimedvqa-TinySet_0001"].task == "modality_classification"
     assert recs["omnimedvqa-TinySet_0002"].options == ["Yes", "No"]
     assert report.kept["test"] >= 2 and any("gt_answer" in reason for _, reason in report.dropped)
+
+
+def test_omnimedvqa_reads_the_hubs_zip_as_it_is_like_the_folder_it_unpacks_to(tmp_path):
+    import zipfile
+
+    src = _source(tmp_path, "omnimedvqa", ["Images/TinySet/img_001.png", "Images/TinySet/img_002.png",
+                                           "Images/Chest CT Scan/test/adenocarcinoma/000108.png"])
+    archive = tmp_path / "OmniMedVQA.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for file in sorted(src.rglob("*")):
+            if file.is_file():
+                zf.write(file, "OmniMedVQA/" + file.relative_to(src).as_posix())
+    from_zip = convert("omnimedvqa", archive, tmp_path / "zip")
+    from_folder = convert("omnimedvqa", src, tmp_path / "folder")
+    assert from_zip.kept == from_folder.kept == {"test": 3}
+    # the Restricted-access image is not in either: named and counted in both
+    for report in (from_zip, from_folder):
+        assert len(report.dropped) == 2 and "gt_answer" in report.dropped[0][1]
+        assert "Images/RestrictedSet/train/case_07/slice_12.png' does not exist" in report.dropped[1][1]
+    assert "OmniMedVQA.zip:OmniMedVQA/QA_information/Restricted-access/" in from_zip.dropped[1][0]
+    assert {k: (r.question, r.options, r.answer) for k, r in _load_all(tmp_path / "zip").items()} == \
+        {k: (r.question, r.options, r.answer) for k, r in _load_all(tmp_path / "folder").items()}
+    zipped = sorted(p.read_bytes() for p in (tmp_path / "zip" / "images").rglob("*.png"))
+    assert zipped == sorted(p.read_bytes() for p in (tmp_path / "folder" / "images").rglob("*.png"))
+    with pytest.raises(AdapterError, match="no QA_information"):
+        empty = tmp_path / "empty.zip"
+        zipfile.ZipFile(empty, "w").close()
+        convert("omnimedvqa", empty, tmp_path / "none")
 
 
 def test_omnimedvqa_reads_its_files_quirks_as_published(tmp_path):

@@ -124,18 +124,18 @@ def _materialise(ref: ImageRef, images_dir: Path, done: dict[str, str], input_ro
         stem, dot, ext = rel.rpartition(".")
         rel = f"{stem}_{len(done)}.{ext}" if dot else f"{rel}_{len(done)}"
         target = images_dir.parent / rel
+    if ref.data is None and (ref.path is None or not ref.path.is_file()):
+        raise RecordError(f"field 'images': source image '{ref.path or ref.name}' does not exist")
     target.parent.mkdir(parents=True, exist_ok=True)
     if ref.data is not None:
         target.write_bytes(ref.data)
-    elif ref.path is not None and ref.path.is_file() and is_dicom(ref.path):
+    elif is_dicom(ref.path):
         try:
             deidentify_dicom(ref.path, target)  # only pixel-relevant tags travel (PHI safety)
         except DicomError as exc:
             raise RecordError(f"field 'images': {exc}") from None
-    elif ref.path is not None and ref.path.is_file():
-        shutil.copyfile(ref.path, target)
     else:
-        raise RecordError(f"field 'images': source image '{ref.path or ref.name}' does not exist")
+        shutil.copyfile(ref.path, target)
     done[key] = rel
     return rel
 

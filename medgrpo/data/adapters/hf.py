@@ -18,7 +18,7 @@ from medgrpo.data.adapters.mapping import check_columns, rows_from_table
 _SPLIT_RE = re.compile(r"(train|test|validation|valid|val|dev)\b")
 
 
-def _split_of(file: Path, base: Path) -> str | None:
+def split_of(file: Path, base: Path) -> str | None:
     """The split a parquet file holds: from its name (``data/test-00000-of-00001.parquet``, the Hub's upload
     layout) or, failing that, from the nearest folder named for a split (``default/test/0000.parquet``, the
     Hub's parquet export)."""
@@ -45,7 +45,7 @@ def _parquet(path: Path, mapping: dict[str, Any]) -> Iterator[SourceRow]:
         # ids from the file's path under the input, not its name alone: every split of the Hub's export holds a
         # 0000.parquet
         label = "-".join(file.relative_to(base).with_suffix("").parts) if path.is_dir() else file.stem
-        yield from rows_from_table(table.to_pylist(), mapping, str(file), base, _split_of(file, base), label)
+        yield from rows_from_table(table.to_pylist(), mapping, str(file), base, split_of(file, base), label)
 
 
 def _saved(path: Path, mapping: dict[str, Any]) -> Iterator[SourceRow]:

@@ -8,12 +8,17 @@ the release root, e.g. ``Images/<dataset>/...``) and ``modality_type``. It is an
 row goes to the ``test`` split. Quirks read as published: some files name the modality ``modality`` (``Chest CT
 Scan.json``); ``gt_answer`` can differ from its option by case or a trailing full stop; the Restricted-access files
 give image paths relative to the original dataset, found under ``Images/<dataset>/`` once it is placed there.
+
+The Hub publishes the release as one ``OmniMedVQA.zip`` (its dataset viewer is off, so there is no parquet
+export); the zip is read as it is, without unpacking its 10 GB, or the folder it unpacks to.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +28,46 @@ _TASKS = {"modality recognition": "modality_classification", "anatomy identifica
           "disease diagnosis": "pathology_characterization", "lesion grading": "pathology_characterization"}
 
 
-def read(path: Path, mapping: dict[str, Any] | None = None) -> Iterator[SourceRow]:
+_QA = re.compile(r"^(.*/)?QA_information/[^/]+/[^/]+\.json$")
+
+
+def _folder(path: Path) -> Iterator[tuple[str, bytes, Callable[[str, str], ImageRef]]]:
     files = sorted((path / "QA_information").glob("*/*.json"))
     if not files:
-        raise AdapterError(f"{path}: no QA_information/*/*.json (expected the OmniMedVQA release folder)")
+        raise AdapterError(f"{path}: no QA_information/*/*.json (expected the OmniMedVQA release folder or zip)")
+
+    def image(name: str, dataset: str) -> ImageRef:
+        if not (path / name).is_file() and dataset:  # Restricted-access: relative to the original dataset
+            name = f"Images/{dataset}/{name}"
+        return ImageRef(name, path=path / name)
+
     for file in files:
+        yield str(file), file.read_bytes(), image
+
+
+def _zip(path: Path) -> Iterator[tuple[str, bytes, Callable[[str, str], ImageRef]]]:
+    with zipfile.ZipFile(path) as zf:
+        members = set(zf.namelist())
+        tables = sorted((m, match.group(1) or "") for m in members if (match := _QA.match(m)))
+        if not tables:
+            raise AdapterError(f"{path}: no QA_information/*/*.json inside (expected the Hub's OmniMedVQA.zip)")
+
+        for member, root in tables:
+            def image(name: str, dataset: str, root: str = root) -> ImageRef:
+                if root + name not in members and dataset:
+                    name = f"Images/{dataset}/{name}"
+                return ImageRef(name, data=zf.read(root + name) if root + name in members else None)
+
+            yield f"{path}:{member}", zf.read(member), image
+
+
+def read(path: Path, mapping: dict[str, Any] | None = None) -> Iterator[SourceRow]:
+    tables = _zip(path) if path.is_file() and zipfile.is_zipfile(path) else _folder(path)
+    for file, text, image in tables:
         try:
-            items = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise AdapterError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            items = json.loads(text.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise AdapterError(f"{file}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
         for i, item in enumerate(items):
             where = f"{file}:item {i}"
             missing = [k for k in ("question_id", "question", "gt_answer", "image_path") if k not in item]
@@ -51,12 +87,7 @@ def read(path: Path, mapping: dict[str, Any] | None = None) -> Iterator[SourceRo
                 "options": options,
                 "answer": answer,
             }
-            name = str(item["image_path"])
-            image = path / name
-            if not image.is_file() and item.get("dataset"):  # Restricted-access: relative to the original dataset
-                image = path / "Images" / str(item["dataset"]) / name
-                name = f"Images/{item['dataset']}/{name}"
-            yield SourceRow(where, "test", record, [ImageRef(name, path=image)])
+            yield SourceRow(where, "test", record, [image(str(item["image_path"]), str(item.get("dataset") or ""))])
 
 
 ADAPTER = Adapter(
@@ -64,6 +95,6 @@ ADAPTER = Adapter(
     source="OmniMedVQA",
     licence="per source dataset (Open-access subset; see the OmniMedVQA release)",
     homepage="https://huggingface.co/datasets/foreverbeliever/OmniMedVQA",
-    layout="the release folder with QA_information/*/*.json and Images/",
+    layout="the Hub's OmniMedVQA.zip, or the folder it unpacks to: QA_information/*/*.json and Images/",
     read=read,
 )
