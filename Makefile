@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --no-compile -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install -q --no-compile -c constraints.txt -e '.[dev,nifti]'
+	$(BIN)/python -m pip install -q --no-compile -c constraints.txt -e '.[dev,nifti,xlsx]'
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $@
 

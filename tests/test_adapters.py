@@ -79,6 +79,25 @@ def test_vqa_rad_xml_release_converts_like_the_json(tmp_path):
         {k: (r.question, r.options, r.answer) for k, r in _load_all(tmp_path / "json").items()}
 
 
+def test_vqa_rad_xlsx_release_converts_like_the_json(tmp_path):
+    """The spreadsheet release: a header row of the field names, one row per question (integers stay integers)."""
+    import openpyxl  # the xlsx extra, installed by `make install`
+    src = _source(tmp_path, "vqa_rad", ["VQA_RAD Image Folder/synpic100.jpg", "VQA_RAD Image Folder/synpic200.jpg"])
+    items = json.loads((src / "VQA_RAD Dataset Public.json").read_text())
+    header = sorted({k for item in items for k, v in item.items() if isinstance(v, str | int | float)})
+    book = openpyxl.Workbook()
+    book.active.append(header)
+    for item in items:
+        book.active.append([item.get(k) for k in header])
+    book.save(src / "VQA_RAD Dataset Public.xlsx")
+    from_json = convert("vqa_rad", src, tmp_path / "json")
+    (src / "VQA_RAD Dataset Public.json").unlink()
+    from_xlsx = convert("vqa_rad", src, tmp_path / "xlsx")
+    assert from_xlsx.kept == from_json.kept and len(from_xlsx.dropped) == len(from_json.dropped)
+    assert {k: (r.question, r.options, r.answer) for k, r in _load_all(tmp_path / "xlsx").items()} == \
+        {k: (r.question, r.options, r.answer) for k, r in _load_all(tmp_path / "json").items()}
+
+
 def test_vqa_rad_hub_parquet_copy(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -6,7 +6,7 @@ Published layout (OSF release): ``VQA_RAD Dataset Public.json``, a JSON list of 
 ``phrase_type`` (``freeform``/``para`` = train, ``test_freeform``/``test_para`` = test), beside the folder
 ``VQA_RAD Image Folder/`` holding the images. The same table is published as ``VQA_RAD Dataset Public.xml`` (one
 element per question, its fields as child elements) and ``.xlsx`` (one row per question under a header of the
-field names; read with ``openpyxl`` when installed). The Hub's copy (``flaviagiammarino/vqa-rad``:
+field names; read with ``openpyxl``, the ``xlsx`` extra). The Hub's copy (``flaviagiammarino/vqa-rad``:
 ``data/<split>-*.parquet`` or ``default/<split>/*.parquet``, columns ``image``, ``question``, ``answer``) is
 read too; it has no question types, so its rows are open or yes/no questions of task ``other``.
 """
@@ -61,9 +61,13 @@ def _items_xlsx(file: Path) -> list[dict[str, Any]]:
     try:
         import openpyxl
     except ImportError:
-        raise AdapterError(f"{file}: reading .xlsx needs openpyxl (pip install openpyxl), or convert the "
+        raise AdapterError(f"{file}: reading .xlsx needs openpyxl (pip install 'medgrpo[xlsx]'), or convert the "
                            f"release's .json or .xml") from None
-    rows = list(openpyxl.load_workbook(file, read_only=True).active.iter_rows(values_only=True))
+    book = openpyxl.load_workbook(file, read_only=True)  # read-only books hold the file open until closed
+    try:
+        rows = list(book.active.iter_rows(values_only=True))
+    finally:
+        book.close()
     header = [str(h).strip() if h is not None else "" for h in (rows[0] if rows else [])]
     return [dict(zip(header, row, strict=False)) for row in rows[1:] if any(v is not None for v in row)]
 
