@@ -98,6 +98,44 @@ def test_synonyms_abbreviations_and_layout_name_the_option(record, think, answer
     assert consistency(think, "A" if answer != "A" else "C", record) == 0.0
 
 
+VESSEL = rec("Which vessel is marked?", ["Ascending aorta", "Main pulmonary artery", "Superior vena cava",
+                                         "Left atrium"], "B", "anatomy_identification")
+SEQUENCE = rec("Which MRI sequence is shown?", ["T1-weighted", "T2-weighted", "FLAIR", "Diffusion-weighted imaging"],
+               "C", "modality_classification")
+ENDOSCOPY = rec("Which imaging mode was used?", ["White-light endoscopy", "Narrow-band imaging",
+                                                 "Capsule endoscopy"], "B", "modality_classification")
+
+
+@pytest.mark.parametrize(
+    "record, think, answer",
+    [
+        (VESSEL, "It arises from the right ventricular outflow tract and bifurcates: the pulmonary trunk.", "B"),
+        (ENDOSCOPY, "Brown superficial capillaries on teal mucosa. Impression: NBI.", "B"),
+        (SEQUENCE, "Dark CSF, bright periventricular lesions: fluid-attenuated inversion recovery.", "C"),
+    ],
+)
+def test_the_lexicon_tables_read_clinical_names_beyond_the_options_words(record, think, answer):
+    assert consistency(think, answer, record) == 1.0
+    assert consistency(think, "A" if answer != "A" else "C", record) == 0.0
+
+
+def test_the_lexicon_tables_are_well_formed():
+    """Each abbreviation spells out to one expansion; a synonym variant belongs to one name, is not the name and is
+    not a phrase the concept tables read as it is (rewriting it could only change what it means)."""
+    from medgrpo.rewards import lexicon
+
+    for name in ("abbreviations.tsv", "synonyms.tsv"):
+        rows = lexicon._table(name)
+        assert rows and all(a.strip() == a and b.strip() == b and a and b for a, b in rows), name
+    abbreviations = [a for a, _ in lexicon._table("abbreviations.tsv")]
+    assert len(abbreviations) == len(set(abbreviations)) >= 300
+    assert all(a != a.lower() for a in abbreviations)  # read in capitals only
+    variants = [v for _, v in lexicon._table("synonyms.tsv")]
+    assert len(variants) == len(set(variants)) >= 400
+    assert not {v for v in variants if lexicon.norm_phrase(v) in lexicon.PHRASES}
+    assert not set(variants) & set(lexicon.SYNONYMS)
+
+
 @pytest.mark.parametrize(
     "think",
     [
@@ -188,8 +226,8 @@ def test_a_committed_conclusion_scores_above_a_hedge(options, data):
 
 def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
     """A guard on the tuned half (the README quotes the untouched test half): consistency agrees with the
-    labels on at least 89.5% of the items, pays at most 7 inconsistent completions in full, and scores at most 6
-    consistent ones below 0.5 (measured: 91.4%, 6, 2 of 336)."""
+    labels on at least 89.5% of the items, pays at most 9 inconsistent completions in full, and scores at most 7
+    consistent ones below 0.5 (measured: 91.1%, 8, 4 of 448)."""
     rows = [json.loads(line) for line in (SET_DIR / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
     agree = below = paid_wrong = 0
     for row in rows:
@@ -199,5 +237,5 @@ def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
         agree += (score == 1.0) == row["consistent"]
         below += row["consistent"] and score < 0.5
         paid_wrong += score == 1.0 and not row["consistent"]
-    assert len(rows) >= 300
-    assert agree >= 0.895 * len(rows) and below <= 6 and paid_wrong <= 7
+    assert len(rows) >= 448
+    assert agree >= 0.895 * len(rows) and below <= 7 and paid_wrong <= 9

@@ -17,6 +17,7 @@ The lexicon is data: extend the tables below, nothing else has to change.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 
 def trie_pattern(phrases: list[str]) -> str:
@@ -352,46 +353,18 @@ _BRITISH = re.compile(trie_pattern(sorted(_AMERICAN)), re.IGNORECASE)
 
 
 
-ABBREVIATIONS: dict[str, str] = {
-    # chest and vessels
-    "PTX": "pneumothorax", "PE": "pulmonary embolism", "CTPA": "ct pulmonary angiography", "GGO": "ground glass opacity",
-    "GGN": "ground glass nodule", "DVT": "deep vein thrombosis", "AAA": "abdominal aortic aneurysm",
-    "SVC": "superior vena cava", "IVC": "inferior vena cava", "LA": "left atrium", "LV": "left ventricle",
-    "RV": "right ventricle", "CXR": "chest x-ray", "CHF": "congestive heart failure",
-    "RUL": "right upper lobe", "RML": "right middle lobe", "RLL": "right lower lobe", "LUL": "left upper lobe",
-    "LLL": "left lower lobe", "TB": "tuberculosis",
-    # brain
-    "ICH": "intracranial hemorrhage", "SAH": "subarachnoid hemorrhage", "SDH": "subdural hematoma",
-    "EDH": "epidural hematoma", "IVH": "intraventricular hemorrhage", "IPH": "intraparenchymal hemorrhage",
-    "CVA": "stroke", "MCA": "middle cerebral artery",
-    # abdomen
-    "HCC": "hepatocellular carcinoma", "RCC": "renal cell carcinoma", "FNH": "focal nodular hyperplasia",
-    "AML": "angiomyolipoma", "SBO": "small bowel obstruction", "LBO": "large bowel obstruction",
-    "RUQ": "right upper quadrant", "LUQ": "left upper quadrant", "RLQ": "right lower quadrant",
-    "LLQ": "left lower quadrant", "KUB": "abdominal x-ray",
-    # breast, skin, pathology
-    "DCIS": "ductal carcinoma in situ", "IDC": "invasive ductal carcinoma", "ILC": "invasive lobular carcinoma",
-    "BCC": "basal cell carcinoma", "SCC": "squamous cell carcinoma", "SK": "seborrheic keratosis",
-    "AK": "actinic keratosis", "MLO": "mammographic mediolateral oblique", "H&E": "hematoxylin and eosin",
-    "GBM": "glioblastoma", "DJD": "osteoarthritis",
-    # eye
-    "AMD": "age-related macular degeneration", "CNV": "choroidal neovascularization",
-    "DME": "diabetic macular edema", "CME": "cystoid macular edema", "DR": "diabetic retinopathy",
-    "RD": "retinal detachment", "CRVO": "central retinal vein occlusion", "BRVO": "branch retinal vein occlusion",
-    "CRAO": "central retinal artery occlusion", "RPE": "retinal pigment epithelium",
-    "PED": "pigment epithelial detachment", "ERM": "epiretinal membrane", "ONH": "optic nerve head",
-    # imaging
-    "US": "ultrasound", "USG": "ultrasound", "CTA": "ct angiography", "MRA": "mr angiography",
-    "DWI": "diffusion-weighted mri", "ADC": "apparent diffusion coefficient mri", "T1W": "t1-weighted",
-    "T2W": "t2-weighted", "NCCT": "non-contrast ct", "CECT": "contrast-enhanced ct",
-    # knee
-    "ACL": "anterior cruciate ligament", "PCL": "posterior cruciate ligament", "MCL": "medial collateral ligament",
-    "LCL": "lateral collateral ligament",
-    # normal
-    "NAD": "no abnormality detected", "WNL": "within normal limits",
-}
-"""Abbreviations radiology and pathology write in capitals, read as what they stand for ("PTX" is a pneumothorax,
-"LLL" the left lower lobe). Only the capitalised form is read so ("US" is ultrasound, "us" is not)."""
+def _table(name: str) -> list[tuple[str, str]]:
+    """The rows of a two-column, tab-separated table shipped beside this module (its header line skipped)."""
+    lines = (Path(__file__).parent / name).read_text(encoding="utf-8").splitlines()[1:]
+    return [(a, b) for a, b in (line.split("\t") for line in lines if line.strip())]
+
+
+ABBREVIATIONS: dict[str, str] = dict(_table("abbreviations.tsv"))
+"""Abbreviations radiology, pathology, ophthalmology, dermatology and endoscopy write in capitals, read as what they
+stand for ("PTX" is a pneumothorax, "LLL" the left lower lobe): ``abbreviations.tsv`` beside this module, one per
+line. Only the capitalised form is read so ("US" is ultrasound, "us" is not). Left out on purpose: abbreviations
+with two common meanings in imaging text (ICH, PA, CC, LAD, PDA, ...) and those that are English words in capitals
+(FISH, TIPS, FAST, ...); an abbreviation the tables above already read as it is (CT, MRI) is not spelled out."""
 _ABBREVIATION = re.compile(r"(?<![\w&])(" + trie_pattern(sorted(ABBREVIATIONS)) + r")(?=s?(?![\w&]))")
 
 
@@ -406,36 +379,13 @@ def _spelled_out(m: re.Match) -> str:
     return ABBREVIATIONS[m.group(1)]
 
 
-SYNONYMS: dict[str, tuple[str, ...]] = {
-    # the name an option is usually given <- what clinicians also write for it
-    "optic disc": ("optic nerve head", "optic disk"),
-    "aortic knob": ("aortic knuckle", "aortic arch"),
-    "gallstones": ("cholelithiasis", "gallbladder calculi", "gallbladder stones", "biliary calculi"),
-    "renal calculus": ("nephrolithiasis", "kidney stone", "kidney stones", "renal stone", "renal stones",
-                       "urolithiasis"),
-    "adenocarcinoma": ("malignant glandular neoplasm", "gland forming carcinoma", "glandular carcinoma",
-                       "gland forming neoplasm", "gland forming epithelial neoplasm"),
-    "squamous cell carcinoma": ("squamous carcinoma", "epidermoid carcinoma"),
-    "osteoarthritis": ("degenerative joint disease", "osteoarthrosis", "gonarthrosis", "coxarthrosis"),
-    "scaphoid": ("carpal navicular",),
-    "pleural effusion": ("hydrothorax",),
-    "cardiomegaly": ("cardiac enlargement",),
-    "seborrheic keratosis": ("seborrheic wart", "basal cell papilloma"),
-    "basal cell carcinoma": ("rodent ulcer",),
-    "hematoxylin and eosin": ("h and e",),
-    "barrett's esophagus": ("columnar lined esophagus", "columnar metaplasia of the esophagus"),
-    "glioblastoma": ("grade iv astrocytoma", "grade 4 astrocytoma", "glioblastoma multiforme"),
-    "ultrasound": ("echography", "sonographic image"),
-    "axial": ("transaxial", "transverse plane", "transverse section"),
-    "sagittal": ("midsagittal", "parasagittal", "mid sagittal"),
-    "coronal": ("frontal plane", "frontal reconstruction", "frontal reformat", "frontal section"),
-    "melanoma": ("malignant melanocytic neoplasm", "malignant melanocytic lesion", "malignant melanocytic tumor"),
-    "hippocampus": ("cornu ammonis", "ammon's horn", "ammons horn"),
-    "ap": ("anteroposterior", "antero posterior"),
-    "pa": ("posteroanterior", "postero anterior"),
-}
+SYNONYMS: dict[str, tuple[str, ...]] = {}
+for _name, _variant in _table("synonyms.tsv"):
+    SYNONYMS[_name] = (*SYNONYMS.get(_name, ()), _variant)
 """Clinical synonyms read as the name an option usually has ("optic nerve head" names "Optic disc",
-"cholelithiasis" names "Gallstones"): data, like the tables above."""
+"cholelithiasis" names "Gallstones", "pulmonary trunk" the main pulmonary artery): ``synonyms.tsv`` beside this
+module, a name and one variant per line. A variant means exactly its name (never a broader or narrower entity), is
+listed under one name only, and is not a phrase the tables above read as a concept of their own."""
 _SYNONYM_OF = {variant: name for name, variants in SYNONYMS.items() for variant in variants}
 _SYNONYM = re.compile(r"(?<![\w])(" + trie_pattern(sorted(_SYNONYM_OF)) + r")(?![\w])", re.IGNORECASE)
 # the same on lower-cased text with a leading non-word character: the regex engine then jumps between candidate
