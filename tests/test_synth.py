@@ -345,6 +345,40 @@ def test_slotted_option_order_lists_every_class_at_its_home_letter(tmp_path):
     assert "--option-order slotted" in (tmp_path / "l" / "README.md").read_text()
 
 
+def test_fixed_option_order_lists_every_class_of_the_family_in_class_order(tmp_path):
+    fixed = load_records(generate_synth(tmp_path / "f", n_train=150, n_test=5, seed=4, option_order="fixed"),
+                         split="train")
+    shuffled = load_records(generate_synth(tmp_path / "s", n_train=150, n_test=5, seed=4), split="train")
+    for f, s in zip(fixed, shuffled, strict=True):
+        classes = synth_mod._CLASSES[f.task]
+        assert [o.removesuffix(" quadrant") for o in f.options] == list(classes)
+        assert f.answer == LETTERS[classes.index(f.answer_text().removesuffix(" quadrant"))]
+        assert (f.id, f.images, f.answer_text()) == (s.id, s.images, s.answer_text())  # the same scenes
+    # classes are balanced, so letters are too: a model blind to the class scores one over the family's size
+    for task, classes in synth_mod._CLASSES.items():
+        counts = Counter(r.answer for r in fixed if r.task == task)
+        assert set(counts) == set(LETTERS[:len(classes)]) and max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_visible_lesions_are_large_contrasted_and_one_place_per_quadrant(tmp_path):
+    visible = load_records(generate_synth(tmp_path / "v", n_train=150, n_test=5, seed=4, setting="visible"),
+                           split="train")
+    assert {difficulty_of(r.id) for r in visible} == {"visible", "normal"}
+    centres = defaultdict(list)
+    for r in visible:
+        for (x1, y1, x2, y2), quadrant in zip(r.bbox or [], (r.evidence["location"] or "").split(" and "),
+                                              strict=False):
+            assert x2 - x1 >= 16 and y2 - y1 >= 16  # radius 12-14 px (a calcification's dots span less)
+            centres[quadrant.removesuffix(" quadrant")].append(((x1 + x2) / 2, (y1 + y2) / 2))
+            assert "large" in r.cot
+    for quadrant, points in centres.items():
+        spread = np.ptp(np.array(points), axis=0)
+        assert (spread <= 16).all(), (quadrant, spread)  # jitter and lobules only: boxes can be learned
+    assert "--setting visible" in (tmp_path / "v" / "README.md").read_text()
+    with pytest.raises(SynthError, match="--setting"):
+        generate_synth(tmp_path / "x", n_train=2, n_test=1, setting="obvious")
+
+
 def test_bad_option_order_is_one_line_error(tmp_path):
     with pytest.raises(SynthError, match="--option-order"):
         generate_synth(tmp_path / "x", n_train=2, n_test=1, option_order="sorted")

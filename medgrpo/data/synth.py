@@ -37,6 +37,7 @@ from medgrpo.data.synth_draw import (
     LESION_KINDS,
     MODALITIES,
     QUADRANTS,
+    SETTINGS,
     SIZE,
     Scene,
     draw,
@@ -131,9 +132,9 @@ class SynthError(ValueError):
 
 
 def difficulty_of(record_id: str) -> str:
-    """The difficulty a MedAD-Synth id carries: ``easy``, ``medium``, ``hard`` or ``normal``."""
+    """The difficulty a MedAD-Synth id carries: ``visible``, ``easy``, ``medium``, ``hard`` or ``normal``."""
     level = record_id.rsplit("-", 1)[-1]
-    if level not in (*DIFFICULTIES, "normal"):
+    if level not in (*DIFFICULTIES, *SETTINGS["visible"], "normal"):
         raise SynthError(f"'{record_id}' is not a MedAD-Synth id (no difficulty suffix)")
     return level
 
@@ -147,8 +148,13 @@ def _schedule(rng: np.random.Generator, classes: tuple[str, ...] | str, n: int) 
     return pool
 
 
-OPTION_ORDERS = ("shuffled", "canonical", "slotted")
-"""``shuffled``: the correct option's letter follows a balanced schedule (the benchmark). ``canonical``: the four
+OPTION_ORDERS = ("fixed", "shuffled", "canonical", "slotted")
+"""``fixed`` (the default, and the CPU demo's): every question lists all of its family's classes, always in class
+order (six modalities A-F, seven anatomies A-G, the four detection answers, five lesion kinds, four quadrants), as a
+closed-set classification benchmark does, so a letter names one class and chance is one over the number of
+classes. ``shuffled``: four options, the correct option's letter following a balanced schedule: it also asks the
+model to find its conclusion in a list it has not seen in that order, a lookup the 1.5M-parameter demo model does
+not learn in a CPU budget (eval/results/demo-report.md, experiments 9-11). ``canonical``: the four
 options are listed in the task's class order, so the letter is a function of the image's class and of which
 distractors are shown. ``slotted``: every class has a home letter (its place in the class order, modulo four) and
 is always listed there; the other three letters each show a class drawn uniformly from those at home on that
@@ -174,6 +180,8 @@ def _options(rng: np.random.Generator, correct: str, classes: tuple[str, ...], l
     others = [c for c in classes if c != correct]
     drawn = [others[i] for i in rng.permutation(len(others))]
     distractors = drawn[: N_OPTIONS - 1]
+    if order == "fixed":
+        return list(classes), LETTERS[classes.index(correct)]
     if order == "canonical":
         options = sorted([correct, *distractors], key=classes.index)
         return options, LETTERS[options.index(correct)]
@@ -232,6 +240,9 @@ _CLASSES: dict[str, tuple[str, ...]] = {
 
 _ARTICLE = {"X-ray": "an", "CT": "a", "MRI": "an", "ultrasound": "an", "fundus photography": "a",
             "dermoscopy": "a"}
+
+
+_LEVELS = {level: spec for levels in SETTINGS.values() for level, spec in levels.items()}
 
 
 def _scene(rng: np.random.Generator, task: str, target: str, difficulty: str) -> tuple[Scene, list[str], str]:
@@ -327,7 +338,7 @@ def _make_record(split: str, index: int, task: str, target: str, letter: str, di
     question = str(rng.choice(_QUESTIONS[task])).format(phrase=_PHRASE[scene.modality], anatomy=scene.anatomy)
     if task in ("anomaly_detection", "lesion_localization"):
         question += _SIDES_NOTE
-    size = DIFFICULTIES[level][3] if scene.lesions else None
+    size = _LEVELS[level][3] if scene.lesions else None
     return MedADRecord(
         id=f"synth-{split}-{index:06d}-{level}",
         images=[rel],
@@ -372,7 +383,7 @@ def _home_classes(rng: np.random.Generator, classes: tuple[str, ...], letters: l
 
 
 def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "full",
-                option_order: str = "shuffled") -> list[MedADRecord]:
+                option_order: str = "shuffled", setting: str = "realistic") -> list[MedADRecord]:
     """``n`` records of one split, images written to ``root/images``; tasks, answer classes, answer letters
     and difficulties each follow their own balanced schedule so that every count is equal to within one (under
     slotted options the classes follow the letters instead, see :data:`OPTION_ORDERS`)."""
@@ -381,7 +392,7 @@ def synth_split(split: str, n: int, seed: int, root: Path, cot_style: str = "ful
     by_task = Counter(tasks)
     targets = {t: _schedule(plan, _CLASSES[t], by_task[t]) for t in TASK_FAMILIES}
     letters = {t: _schedule(plan, LETTERS[:N_OPTIONS], by_task[t]) for t in TASK_FAMILIES}
-    levels = {t: _schedule(plan, tuple(DIFFICULTIES), by_task[t]) for t in TASK_FAMILIES}
+    levels = {t: _schedule(plan, tuple(SETTINGS[setting]), by_task[t]) for t in TASK_FAMILIES}
     if option_order == "slotted":  # the class schedule above is still drawn, so letters and levels stay the same
         targets = {t: _home_classes(plan, _CLASSES[t], letters[t]) for t in TASK_FAMILIES}
     seen: Counter[str] = Counter()
@@ -422,11 +433,14 @@ options -> letter, and the option most often right in training.
 
 
 def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int, cot_style: str = "full",
-               option_order: str = "shuffled") -> None:
+               option_order: str = "shuffled", setting: str = "realistic") -> None:
     """The dataset card: what the data is, how it was made, and its counts per task/modality/letter/difficulty."""
     flags = "".join(f" --{flag} {value}" for flag, value, default in
-                    (("cot-style", cot_style, "full"), ("option-order", option_order, "shuffled")) if value != default)
+                    (("setting", setting, "realistic"), ("cot-style", cot_style, "full"),
+                     ("option-order", option_order, "shuffled")) if value != default)
     order = {
+        "fixed": "Every question lists all of its family's classes, always in class order\n  (`--option-order fixed`), "
+                 "so a letter names one class; correct classes and difficulties follow balanced shuffled schedules.",
         "shuffled": "Correct classes, answer letters and difficulties follow\n  balanced shuffled schedules; "
                     "distractors are uniform over the other classes.",
         "canonical": "Correct classes and difficulties follow balanced shuffled\n  schedules; distractors are uniform "
@@ -455,10 +469,17 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int, cot_
         "irregular, round/lobulated/ring/punctate) and the words in `evidence.appearance` describe it.",
         "- Locations are image quadrants; left and right are the image's as displayed. `bbox` and the `<box>` in",
         "  `cot` are tight boxes around the drawn lesion in original pixels.",
-        "- Tasks: the five MedAD-38K families, 4 options each. Anomaly detection asks presence and side (no",
+        "- Tasks: the five MedAD-38K families. Anomaly detection asks presence and side (no",
         f"  abnormality / left / right / both sides). {order}",
-        "- Difficulty is the last part of each id: easy (radius 11-14 px, contrast 0.40), medium (7-10 px,",
-        "  0.26), hard (4-6 px, 0.16), normal (no lesion). `medgrpo.data.synth.difficulty_of(id)` reads it.",
+        *({"visible": [
+            "- Lesions (`--setting visible`): large (radius 12-14 px) and contrasted (0.55), each kind drawn with its",
+            "  own shape and texture, at one place per quadrant (26 px from both midlines, up to 3 px of jitter).",
+            "  The difficulty at the end of each id is `visible`, or `normal` (no lesion).",
+        ], "realistic": [
+            "- Difficulty is the last part of each id: easy (radius 11-14 px, contrast 0.40), medium (7-10 px,",
+            "  0.26), hard (4-6 px, 0.16), normal (no lesion), lesions anywhere in their quadrant.",
+        ]}[setting]),
+        "  `medgrpo.data.synth.difficulty_of(id)` reads it.",
         "",
         "## Learnability",
         "",
@@ -476,7 +497,8 @@ def write_card(path: Path, splits: dict[str, list[MedADRecord]], seed: int, cot_
 
 
 def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, seed: int = 0,
-                   overwrite: bool = False, cot_style: str = "full", option_order: str = "shuffled") -> Path:
+                   overwrite: bool = False, cot_style: str = "full", option_order: str = "shuffled",
+                   setting: str = "realistic") -> Path:
     """Generate MedAD-Synth into ``out_dir`` and return it.
 
     The folder is built under a temporary name next to ``out_dir``, validated with
@@ -502,6 +524,8 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
         raise SynthError(f"--cot-style must be one of {', '.join(COT_STYLES)}, not '{cot_style}'")
     if option_order not in OPTION_ORDERS:
         raise SynthError(f"--option-order must be one of {OPTION_ORDERS}, not '{option_order}'")
+    if setting not in SETTINGS:
+        raise SynthError(f"--setting must be one of {', '.join(SETTINGS)}, not '{setting}'")
     if n_train < 1 or n_test < 1:
         raise SynthError(f"--n-train and --n-test must be >= 1 (got {n_train} and {n_test})")
     if out.exists() and not out.is_dir():
@@ -512,10 +536,11 @@ def generate_synth(out_dir: str | Path, n_train: int = 2000, n_test: int = 500, 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         (tmp / "images").mkdir()
-        splits = {name: synth_split(name, n, seed, tmp, cot_style, option_order) for name, n in (("train", n_train), ("test", n_test))}
+        splits = {name: synth_split(name, n, seed, tmp, cot_style, option_order, setting)
+                  for name, n in (("train", n_train), ("test", n_test))}
         for name, records in splits.items():
             write_records(records, tmp / f"{name}.jsonl")
-        write_card(tmp / "README.md", splits, seed, cot_style, option_order)
+        write_card(tmp / "README.md", splits, seed, cot_style, option_order, setting)
         load_records(tmp)  # every generated row must pass the loader's validation
         os.chmod(tmp, 0o755)
         if out.exists():
@@ -542,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cot-style", choices=list(COT_STYLES), default="full",
                         help="gold reasoning: full, brief (same claims, fewer tokens; the CPU demo's choice), or "
                              "walk (brief, then the options judged in list order up to the answer)")
+    parser.add_argument("--setting", choices=list(SETTINGS), default="realistic",
+                        help="lesions: visible (large, contrasted, one place per quadrant) or realistic")
     parser.add_argument("--option-order", choices=list(OPTION_ORDERS), default="shuffled",
                         help="shuffled (balanced answer letters; the benchmark), canonical (options in class "
                              "order) or slotted (each class at its home letter, so the letter follows from the "
@@ -550,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         out = generate_synth(args.out, args.n_train, args.n_test, args.seed, overwrite=args.overwrite,
-                             cot_style=args.cot_style, option_order=args.option_order)
+                             cot_style=args.cot_style, option_order=args.option_order, setting=args.setting)
     except (SynthError, RecordError, OSError) as exc:
         print(f"medgrpo: {exc}", file=sys.stderr)
         return 2

@@ -45,7 +45,18 @@ DIFFICULTIES: dict[str, tuple[float, float, float, str]] = {
     "medium": (7.0, 10.0, 0.26, "medium-sized"),
     "hard": (4.0, 6.0, 0.16, "small"),
 }
-"""difficulty -> (min radius px, max radius px, intensity change, size word): smaller and fainter is harder."""
+"""difficulty -> (min radius px, max radius px, intensity change, size word) of the ``realistic`` setting: smaller
+and fainter is harder."""
+
+SETTINGS: dict[str, dict[str, tuple[float, float, float, str]]] = {
+    "visible": {"visible": (12.0, 14.0, 0.55, "large")},
+    "realistic": DIFFICULTIES,
+}
+"""Lesion settings -> their difficulty levels. ``visible`` (the default, and the CPU demo's): every lesion large and
+contrasted, its kind told by shape and texture (a smooth disc, a lobulated textured mass, a dark disc, a ring, a
+cluster of dots), at one place per quadrant (a few pixels of jitter), so that a 1.5M-parameter model trained for
+minutes on 16 image tokens can see it and learn its box. ``realistic``: three levels down to 4-px, low-contrast
+lesions anywhere in their quadrant, the harder setting kept for research (the demo model stays at chance on it)."""
 
 _BRIGHT_DARK: dict[str, tuple[str, str]] = {
     "X-ray": ("radiopaque", "radiolucent"),
@@ -70,6 +81,7 @@ class Lesion:
     cy: float
     radius: float
     contrast: float
+    bold: bool = False  # the visible setting: shape and texture cues exaggerated (see SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -100,13 +112,18 @@ def place_lesion(rng: np.random.Generator, kind: str, quadrant: str, difficulty:
     The centre is offset from the midlines by more than the lesion's largest radius (lobules included), so
     the quadrant is unambiguous, and by at most 26 px, so that it lands on tissue in every anatomy.
     """
-    r_min, r_max, contrast, _ = DIFFICULTIES[difficulty]
-    radius = float(rng.uniform(r_min, r_max))
     sx = -1.0 if quadrant.startswith("left") else 1.0
     sy = -1.0 if quadrant.endswith("upper") else 1.0
+    c = SIZE / 2
+    if difficulty == "visible":  # one place per quadrant, 26 px from both midlines, up to 3 px of jitter
+        r_min, r_max, contrast, _ = SETTINGS["visible"]["visible"]
+        radius = float(rng.uniform(r_min, r_max))
+        dx, dy = 26.0 + rng.uniform(-3.0, 3.0, size=2)
+        return Lesion(kind, quadrant, c + sx * float(dx), c + sy * float(dy), radius, contrast, bold=True)
+    r_min, r_max, contrast, _ = DIFFICULTIES[difficulty]
+    radius = float(rng.uniform(r_min, r_max))
     lo = 1.35 * radius + 2.0
     dx, dy = rng.uniform(lo, max(lo, 26.0), size=2)
-    c = SIZE / 2
     return Lesion(kind, quadrant, c + sx * float(dx), c + sy * float(dy), radius, contrast)
 
 
@@ -314,18 +331,25 @@ def _lesion_layers(lesion: Lesion, rng: np.random.Generator) -> tuple[np.ndarray
         theta = np.arctan2(_Y - y, _X - x)
         k1, k2 = rng.integers(3, 6, size=2)
         p1, p2 = rng.uniform(0, 2 * math.pi, size=2)
-        rad = r * (1 + 0.2 * np.sin(k1 * theta + p1) + 0.1 * np.sin(k2 * theta + p2))
+        lobes = 1.5 if lesion.bold else 1.0  # bold: deep lobules and a coarse inner texture, unlike a nodule
+        rad = r * (1 + lobes * (0.2 * np.sin(k1 * theta + p1) + 0.1 * np.sin(k2 * theta + p2)))
         d = np.sqrt((_X - x) ** 2 + (_Y - y) ** 2) / rad
         mask = np.clip((1 - d) * r / 1.6 + 0.5, 0, 1)
-        return mask, mask * c
+        texture = 0.7 + 0.3 * np.sign(np.sin(_X / 1.6) * np.sin(_Y / 1.6)) if lesion.bold else 1.0
+        return mask, mask * c * texture
     if lesion.kind == "abscess":
         outer, inner = _disc(x, y, r, r, 0.8), _disc(x, y, 0.55 * r, 0.55 * r, 0.8)
         return outer, (outer - inner) * c - inner * c
     # calcification: a cluster of tiny, very bright dots inside the lesion radius
     mask = np.zeros((SIZE, SIZE), np.float32)
-    dot = max(1.3, 0.2 * r)
-    for _ in range(int(rng.integers(4, 8))):
-        rho, phi = 0.75 * (r - dot) * math.sqrt(rng.random()), rng.uniform(0, 2 * math.pi)
+    dot = 2.2 if lesion.bold else max(1.3, 0.2 * r)
+    if lesion.bold:  # a ring of dots round one at the centre, so the cluster fills the lesion's extent
+        n = int(rng.integers(5, 8))
+        spots = [(0.0, 0.0)] + [(0.8 * (r - dot), 2 * math.pi * (k + rng.uniform(-0.2, 0.2)) / n) for k in range(n)]
+    else:
+        spots = [(0.75 * (r - dot) * math.sqrt(rng.random()), rng.uniform(0, 2 * math.pi))
+                 for _ in range(int(rng.integers(4, 8)))]
+    for rho, phi in spots:
         mask = np.maximum(mask, _disc(x + rho * math.cos(phi), y + rho * math.sin(phi), dot, dot, 0.6))
     return mask, mask * 1.6 * c
 
