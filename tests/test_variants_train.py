@@ -33,6 +33,22 @@ def test_trajectory_ratio_sums_log_ratios_and_clips():
     assert loss.item() == pytest.approx(math.exp(0.3) / 2)
 
 
+def test_trajectory_ratio_gives_each_token_its_sequence_term_and_reduces_like_trl():
+    logps = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, 0.0]])
+    old = torch.tensor([[-1.1, -1.0, -1.0], [-2.0, -2.1, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv = torch.tensor([1.0, -1.0])
+    terms = [-min(math.exp(0.1), 1.2) * 1.0, -max(math.exp(0.1), 0.8) * -1.0]  # per-sequence clipped surrogate
+    expected = {"grpo": sum(terms) / 2, "bnpo": (3 * terms[0] + 2 * terms[1]) / 5,
+                "dr_grpo": (3 * terms[0] + 2 * terms[1]) / (2 * 4), "dapo": (3 * terms[0] + 2 * terms[1]) / 10}
+    for loss_type, value in expected.items():
+        loss, _ = trajectory_ratio_loss(logps, old, adv, mask, 0.2, 0.2, 5.0, loss_type, max_completion_length=4,
+                                        num_items=10.0)
+        assert abs(loss.item() - value) < 1e-5, loss_type
+    with pytest.raises(ValueError, match="loss_type"):
+        trajectory_ratio_loss(logps, old, adv, mask, loss_type="cispo")
+
+
 def test_positive_nll_averages_positive_completions_only():
     logps = torch.tensor([[-1.0, -3.0], [-4.0, -2.0], [-0.5, -0.5]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
@@ -243,3 +259,72 @@ def test_ablation_runner_bad_request_is_one_line(tmp_path, capsys):
                  str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("medgrpo: unknown variant 'nope'")
+
+
+# ---- the variant losses against TRL's own computation on the same batch -----------------------------------------
+
+
+def _scored_batch(trainer):
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2  # what the training loop sets; 2 so the scaling shows
+    rows = [trainer.train_dataset[i] for i in range(trainer.args.per_device_train_batch_size)]
+    torch.manual_seed(0)
+    return trainer._generate_and_score_completions(rows)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_tic_on_single_token_completions_is_trls_loss(tiny_model_dirs, synth_dir, tmp_path, loss_type):
+    """One token per completion: the trajectory ratio is the token ratio, so TIC-GRPO reduced for ``loss_type``
+    must give what TRL's own ``_compute_loss`` gives on the same batch (the completions and old log-probs fixed)."""
+    from trl import GRPOTrainer
+
+    trainer = make_trainer(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path, loss_type=loss_type,
+                           max_completion_length=1, num_iterations=2)  # num_iterations: TRL keeps old log-probs
+    inputs = _scored_batch(trainer)
+    with torch.no_grad():  # move the policy off the sampling one, so ratios differ from 1 and clipping matters
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    expected = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+    trainer.args.trajectory_ratio = True
+    got = trainer._compute_loss(trainer.model, inputs)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-7), (got.item(), expected.item())
+
+
+def test_scope_adds_its_nll_to_trls_own_loss(tiny_model_dirs, synth_dir, tmp_path):
+    """SCOPE-RL composes with TRL's loss: every GRPOConfig loss field (here dr_grpo with beta and delta) still
+    applies, and the difference is exactly ``scope_coef`` times the positive-sample NLL, with no second forward."""
+    from trl import GRPOTrainer
+
+    from medgrpo.train.losses import positive_nll
+
+    trainer = make_trainer(tiny_model_dirs["qwen2_5_vl"], synth_dir, tmp_path, loss_type="dr_grpo", beta=0.04,
+                           delta=1.5, scope_coef=0.3)
+    inputs = _scored_batch(trainer)
+    expected = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+    calls = []
+    original = GRPOTrainer._get_per_token_logps_and_entropies
+    GRPOTrainer._get_per_token_logps_and_entropies = lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    try:
+        got = trainer._compute_loss(trainer.model, inputs)
+    finally:
+        GRPOTrainer._get_per_token_logps_and_entropies = original
+    assert len(calls) == 1
+    logps, _, _ = original(trainer, trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+                           torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+                           inputs["completion_ids"].size(1), pixel_values=inputs.get("pixel_values"),
+                           image_grid_thw=inputs.get("image_grid_thw"), num_images=inputs.get("num_images"))
+    nll = positive_nll(logps, inputs["advantages"], inputs["completion_mask"])
+    scale = trainer.current_gradient_accumulation_steps
+    assert torch.allclose(got, expected + 0.3 * nll / scale, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("setting, named", [
+    ({"loss_type": "cispo"}, "loss_type='cispo'"), ({"beta": 0.04}, "beta"), ({"delta": 1.5}, "delta"),
+    ({"top_entropy_quantile": 0.2}, "top_entropy_quantile"), ({"importance_sampling_level": "sequence"}, "importance_sampling_level='sequence'"),
+    ({"off_policy_mask_threshold": 0.5}, "off_policy_mask_threshold")])
+def test_tic_stops_on_a_loss_field_it_cannot_honour(tmp_path, setting, named):
+    from medgrpo.train.con_grpo_config import ConGRPOConfig
+
+    with pytest.raises(ValueError, match=f"cannot honour {named}"):
+        ConGRPOConfig(output_dir=str(tmp_path), trajectory_ratio=True, bf16=False, **setting)
+    ConGRPOConfig(output_dir=str(tmp_path), trajectory_ratio=True, bf16=False, loss_type="grpo")  # honoured

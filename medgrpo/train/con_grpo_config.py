@@ -117,14 +117,17 @@ class ConGRPOConfig(GRPOConfig):
             they spend no gradient (DAPO drops them; GDEPO skips them).
         trajectory_ratio (`bool`, defaults to `False`):
             TIC-GRPO (2025): one importance ratio per completion, ``exp(sum_t log w_t)`` with the log-sum clamped,
-            in the clipped surrogate (GSPO uses the mean; the sum is the true trajectory ratio). Needs ``beta=0``
-            and no vLLM importance-sampling correction (its own loss path).
+            in the clipped surrogate (GSPO uses the mean; the sum is the true trajectory ratio), given to every token
+            of its completion and reduced as TRL reduces for ``loss_type`` (grpo, bnpo, dr_grpo or dapo). It replaces
+            TRL's ratio, so the loss fields it cannot honour (``beta``, ``delta``, ``top_entropy_quantile``,
+            ``importance_sampling_level``, ``off_policy_mask_threshold``, vLLM importance sampling) stop the
+            config with one line instead of being ignored.
         tic_log_ratio_clamp (`float`, defaults to `5.0`):
             Clamp of the trajectory log-ratio, so a long drifted sequence cannot overflow ``exp``.
         scope_coef (`float`, defaults to `0.0`):
             SCOPE-RL (2025, [inferred]): adds ``scope_coef * NLL`` of the positive-advantage completions, sampled at
-            an adaptive temperature, to hold entropy up without a plain entropy bonus. 0 disables. Needs ``beta=0``
-            and transformers generation (the temperature is adapted there).
+            an adaptive temperature, to hold entropy up without a plain entropy bonus. 0 disables. Added to TRL's own
+            loss, so every loss field applies; needs transformers generation (the temperature is adapted there).
         scope_entropy_band (`list[float]`, defaults to `[0.3, 2.0]`):
             The mean token entropy band; below it the sampling temperature rises by ``scope_temperature_rate``,
             above it falls.
@@ -228,11 +231,6 @@ class ConGRPOConfig(GRPOConfig):
         self._check_variants()
 
     @property
-    def uses_own_loss(self) -> bool:
-        """TIC-GRPO or SCOPE-RL: the trainer computes the loss itself instead of TRL's ``_compute_loss``."""
-        return self.trajectory_ratio or self.scope_coef > 0
-
-    @property
     def edits_groups(self) -> bool:
         """A zero-signal group mechanism is on (the trainer then edits rollouts in ``_generate``)."""
         return (self.golden_injection or self.gold_seed_steps > 0 or self.response_reuse
@@ -269,13 +267,24 @@ class ConGRPOConfig(GRPOConfig):
             raise ValueError("gold_seed_steps and dynamic_sampling_tries must be >= 0, reuse_per_prompt >= 1")
         if len(self.scope_entropy_band) != 2 or len(self.scope_temperature_range) != 2:
             raise ValueError("scope_entropy_band and scope_temperature_range need 2 values each: [low, high]")
-        if self.uses_own_loss:
-            if self.beta != 0.0:
-                raise ValueError("trajectory_ratio / scope_coef compute their own loss without a KL term: set beta=0")
-            if self.use_vllm and (self.vllm_importance_sampling_correction or self.scope_coef > 0):
-                raise ValueError("trajectory_ratio / scope_coef need transformers generation or "
-                                 "vllm_importance_sampling_correction=false (SCOPE-RL: transformers generation)")
-            if self.use_liger_kernel:
-                raise ValueError("trajectory_ratio / scope_coef are not available with use_liger_kernel")
+        if self.trajectory_ratio:  # TIC-GRPO replaces TRL's ratio: the loss fields it cannot honour stop here
+            from medgrpo.train.losses import TIC_LOSS_TYPES
+
+            unhonoured = [name for name, on in (
+                (f"loss_type='{self.loss_type}' (one of {', '.join(TIC_LOSS_TYPES)})",
+                 self.loss_type not in TIC_LOSS_TYPES),
+                ("beta != 0 (no KL term)", self.beta != 0.0), ("delta (two-sided clipping)", self.delta is not None),
+                ("top_entropy_quantile < 1", self.top_entropy_quantile < 1.0),
+                ("importance_sampling_level='sequence'", self.importance_sampling_level != "token"),
+                ("off_policy_mask_threshold", self.off_policy_mask_threshold is not None),
+                ("vllm_importance_sampling_correction with use_vllm",
+                 self.use_vllm and self.vllm_importance_sampling_correction),
+                ("use_liger_kernel", self.use_liger_kernel)) if on]
+            if unhonoured:
+                raise ValueError(f"trajectory_ratio (TIC-GRPO) computes its own ratio and cannot honour "
+                                 f"{unhonoured[0]}: change that setting or drop trajectory_ratio")
+        if self.scope_coef > 0 and self.use_vllm:
+            raise ValueError("scope_coef (SCOPE-RL) steers the sampling temperature of transformers generation: "
+                             "set use_vllm=false")
         if self.care_bonus > 0 and not 0 < self.care_ema_decay < 1:
             raise ValueError(f"care_ema_decay must be in (0, 1), got {self.care_ema_decay}")

@@ -9,13 +9,21 @@ What it adds to TRL, and where:
   advantage estimators (:mod:`medgrpo.train.advantages`) recomputed from the globally gathered rewards after TRL has
   built the batch (``_generate_and_score_completions``), of which each process keeps its slice; zero-signal group
   edits (:mod:`medgrpo.train.group_edits`) applied to the token ids in ``_generate``, so TRL computes log-probs and
-  rewards of the edited completions itself; TIC-GRPO / SCOPE-RL as a loss path of their own (``compute_loss``,
-  :mod:`medgrpo.train.losses`); the GRPO-CARE bonus as an extra reward component. Their state (HA-DW anchor, DRPO
+  rewards of the edited completions itself; SCOPE-RL's term added to TRL's own loss and TIC-GRPO's trajectory
+  ratio reduced as TRL reduces for ``loss_type`` (``_compute_loss``, :mod:`medgrpo.train.losses`; a loss field TIC
+  cannot honour stops the config); the GRPO-CARE bonus as an extra reward component. Their state (HA-DW anchor, DRPO
   history, AR3PO buffer, SCOPE temperature) is saved as ``medgrpo_variants_state.json`` in every checkpoint and
   restored on resume. Each logs ``variants/...``: how many groups it touched, rollouts spent, anchor, temperature.
 
-The TRL methods overridden are private and have moved between TRL releases: pyproject pins ``trl>=1.16,<2``
-and ``tests/test_train.py`` / ``tests/test_variants_train.py`` exercise every override on a real tiny model.
+The private TRL methods overridden, tested with TRL 1.16.0 (pyproject pins ``trl>=1.16,<2``; they have moved
+between releases, and ``tests/test_train.py`` / ``tests/test_variants_train.py`` exercise each on a real tiny
+model, the loss paths against TRL's own ``_compute_loss`` on the same batch):
+
+* ``GRPOTrainer._generate`` (zero-signal group edits), ``_generate_and_score_completions`` (variant advantages),
+  ``_calculate_rewards`` (per-family logging, the CARE bonus), ``_compute_loss`` and
+  ``_get_per_token_logps_and_entropies`` (SCOPE-RL, TIC-GRPO);
+* ``transformers.Trainer._save_checkpoint``, ``_load_optimizer_and_scheduler`` (variant state) and
+  ``_load_from_checkpoint`` (:class:`~medgrpo.train.checkpoints.ResumeWeightsMixin`).
 """
 
 from __future__ import annotations
@@ -101,6 +109,7 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
             self._scope_temp = losses.AdaptiveTemperature(args.temperature, low, high, args.scope_temperature_rate,
                                                           t_min, t_max)
         self._scope_entropy: list[float] = []
+        self._captured: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._ema_model = None
         if args.care_bonus > 0:
             self._ema_model = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
@@ -360,15 +369,40 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
 
     # ---- TIC-GRPO / SCOPE-RL loss path -------------------------------------------------------------------------
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if not self.args.uses_own_loss:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        if return_outputs:
-            raise ValueError("ConGRPOTrainer does not return outputs")
-        return self._variant_loss(model, inputs)
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._captured is not None:  # inside _compute_loss with SCOPE-RL on: keep the policy's log-probs
+            self._captured.append(out[:2])
+        return out
 
-    def _variant_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
-        """TIC-GRPO's trajectory-ratio surrogate (or GRPO's token-ratio one) plus SCOPE-RL's positive-sample NLL."""
+    def _compute_loss(self, model, inputs):
+        args = self.args
+        if args.trajectory_ratio:
+            return self._trajectory_loss(model, inputs)
+        if args.scope_coef <= 0:
+            return super()._compute_loss(model, inputs)
+        # SCOPE-RL: TRL's own loss (every GRPOConfig loss field applies) plus the positive-sample NLL, read from the
+        # log-probs TRL computed for it, so no second forward pass
+        self._captured = []
+        try:
+            loss = super()._compute_loss(model, inputs)
+            logps, entropies = self._captured[0]
+        finally:
+            self._captured = None
+        mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+        advantages = inputs["advantages"]
+        nll = losses.positive_nll(logps, advantages if advantages.dim() == 1 else advantages[:, 0], mask)
+        mode = "train" if self.model.training else "eval"
+        loss = loss + args.scope_coef * nll / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
+        self._metrics[mode]["variants/scope_positive_nll"].append(nll.item())
+        if mode == "train":  # the mean over ranks, so that every rank moves to the same temperature
+            entropy = (entropies * mask).sum() / mask.sum().clamp(min=1.0)
+            self._scope_entropy.append(self.accelerator.gather(entropy.detach().reshape(1)).mean().item())
+        return loss
+
+    def _trajectory_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
+        """TIC-GRPO's trajectory-ratio surrogate from TRL's own per-token log-probs, reduced as TRL reduces for
+        ``loss_type`` (the config stops first on any loss field it cannot honour)."""
         args, mode = self.args, "train" if self.model.training else "eval"
         completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
         if "tool_mask" in inputs:
@@ -383,25 +417,19 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
         )
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
-        advantages = inputs["advantages"]
-        if args.trajectory_ratio:
-            loss, stats = losses.trajectory_ratio_loss(logps, old, advantages, mask, self.epsilon_low,
-                                                       self.epsilon_high, args.tic_log_ratio_clamp)
-            self._metrics[mode]["variants/tic_log_ratio_mean"].append(stats["log_ratio_mean"])
-        else:
-            loss, stats = losses.token_ratio_loss(logps, old, advantages, mask, self.epsilon_low, self.epsilon_high)
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        num_items = None
+        if args.loss_type == "dapo":  # TRL's normaliser: the generation batch's tokens, per process and window
+            num_items = float(inputs["num_items_in_batch"].clamp(min=1.0)) / self.accelerator.num_processes
+            if mode == "train":
+                num_items = num_items * accumulation / args.steps_per_generation
+        loss, stats = losses.trajectory_ratio_loss(logps, old, inputs["advantages"], mask, self.epsilon_low,
+                                                   self.epsilon_high, args.tic_log_ratio_clamp, args.loss_type,
+                                                   self.max_completion_length, num_items)
+        self._metrics[mode]["variants/tic_log_ratio_mean"].append(stats["log_ratio_mean"])
         self._metrics[mode]["variants/clip_ratio"].append(stats["clip_ratio"])
-        entropy = ((entropies * mask).sum() / mask.sum().clamp(min=1.0)).item()
-        self._metrics[mode]["entropy"].append(entropy)
-        if args.scope_coef > 0:
-            nll = losses.positive_nll(logps, advantages, mask)
-            loss = loss + args.scope_coef * nll
-            self._metrics[mode]["variants/scope_positive_nll"].append(nll.item())
-            if mode == "train":  # the mean over ranks, so that every rank moves to the same temperature
-                self._scope_entropy.append(self.accelerator.gather(torch.tensor([entropy], device=loss.device)).mean().item())
-        if mode == "train":
-            loss = loss / self.current_gradient_accumulation_steps
-        return loss
+        self._metrics[mode]["entropy"].append(((entropies * mask).sum() / mask.sum().clamp(min=1.0)).item())
+        return loss if args.loss_type == "dapo" else loss / accumulation
 
     def _log_task_metrics(self, rewards_per_func: torch.Tensor, tasks: list[str]) -> None:
         """``tasks/<task>/<reward>``: the mean of each reward component per task family (NaN = not applicable)."""

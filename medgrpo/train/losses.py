@@ -1,9 +1,9 @@
 """Loss-side GRPO variants: TIC-GRPO's trajectory ratio, SCOPE-RL's positive-sample regulariser with its adaptive
 temperature, and GRPO-CARE's EMA-reference likelihood consistency bonus.
 
-Pure tensor functions plus two tiny stateful helpers (:class:`AdaptiveTemperature`, :func:`ema_update`). The trainer
-(``ConGRPOTrainer``) computes per-token log-probs with TRL's own ``_get_per_token_logps_and_entropies`` and calls
-these; TRL's ``_compute_loss`` stays untouched for every other configuration.
+Pure tensor functions plus two tiny stateful helpers (:class:`AdaptiveTemperature`, :func:`ema_update`). SCOPE-RL's
+term is added to TRL's own loss (every ``GRPOConfig`` loss field still applies); TIC-GRPO replaces the ratio, so its
+loss is computed here from TRL's own per-token log-probs and reduced as TRL reduces for ``loss_type``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+TIC_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+"""The ``loss_type`` aggregations TIC-GRPO's sequence-level term is reduced with, as TRL reduces its token terms."""
 
 
 def trajectory_ratio_loss(
@@ -22,9 +25,15 @@ def trajectory_ratio_loss(
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.2,
     log_ratio_clamp: float = 5.0,
+    loss_type: str = "grpo",
+    max_completion_length: int | None = None,
+    num_items: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """TIC-GRPO (2025): one importance ratio per trajectory, ``exp(clamp(sum_t log(pi/pi_old)))``, in PPO's clipped
-    surrogate; the loss is the mean over sequences of ``-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``.
+    surrogate ``-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``, given to every token of its sequence and reduced
+    as TRL reduces token terms for ``loss_type`` (``grpo``: mean per sequence, then over sequences; ``bnpo``: over
+    the batch's tokens; ``dr_grpo``: sum over ``batch x max_completion_length``; ``dapo``: sum over ``num_items``,
+    the token count TRL normalises by), so a single-token completion gives TRL's own loss.
 
     GSPO uses the MEAN of the token log-ratios; TIC-GRPO uses the SUM, the true trajectory probability ratio, and
     clamps the log-sum (``log_ratio_clamp``) so one long, drifted sequence cannot overflow the exponential.
@@ -33,38 +42,25 @@ def trajectory_ratio_loss(
         per_token_logps, old_per_token_logps, mask: ``(B, T)``.
         advantages: ``(B,)``.
 
-    Returns: the scalar loss and ``{"clip_ratio", "log_ratio_mean"}`` for logging.
+    Returns: the scalar loss (before gradient-accumulation scaling) and ``{"clip_ratio", "log_ratio_mean"}``.
     """
+    if loss_type not in TIC_LOSS_TYPES:
+        raise ValueError(f"trajectory_ratio reduces with loss_type {' / '.join(TIC_LOSS_TYPES)}, not '{loss_type}'")
     log_ratio = ((per_token_logps - old_per_token_logps) * mask).sum(dim=1)
     log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
     ratio = torch.exp(log_ratio)
     clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
-    loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+    per_token = (-torch.min(ratio * advantages, clipped * advantages)).unsqueeze(1) * mask
+    if loss_type == "grpo":
+        loss = (per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
+    elif loss_type == "bnpo":
+        loss = per_token.sum() / mask.sum().clamp(min=1.0)
+    elif loss_type == "dr_grpo":
+        loss = per_token.sum() / (per_token.size(0) * (max_completion_length or per_token.size(1)))
+    else:
+        loss = per_token.sum() / max(num_items if num_items is not None else float(mask.sum()), 1.0)
     is_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | ((ratio > 1 + epsilon_high) & (advantages > 0))
     return loss, {"clip_ratio": is_clipped.float().mean().item(), "log_ratio_mean": log_ratio.mean().item()}
-
-
-def token_ratio_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The GRPO surrogate (DeepSeekMath): per-token ratio ``pi/pi_old`` in PPO's clipped objective, averaged over each
-    sequence's tokens, then over sequences. The policy term of the SCOPE-RL path when TIC is off.
-
-    Returns: the scalar loss and ``{"clip_ratio"}`` (share of completion tokens clipped).
-    """
-    ratio = torch.exp(per_token_logps - old_per_token_logps)
-    adv = advantages.unsqueeze(1)
-    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
-    per_token = -torch.min(ratio * adv, clipped * adv)
-    loss = ((per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
-    is_clipped = ((ratio < 1 - epsilon_low) & (adv < 0)) | ((ratio > 1 + epsilon_high) & (adv > 0))
-    share = (is_clipped.float() * mask).sum() / mask.sum().clamp(min=1.0)
-    return loss, {"clip_ratio": share.item()}
 
 
 def positive_nll(per_token_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
