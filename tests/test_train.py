@@ -234,6 +234,41 @@ def test_cli_error_exit_code_without_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("where", ["command line", "recipe"])
+def test_an_unknown_key_stops_in_one_line_with_the_closest_field(tmp_path, where):
+    from medgrpo.train.run import UnknownKeyError
+
+    recipe = REPO / "recipes" / "tiny" / "sft.yaml"
+    if where == "recipe":
+        recipe = tmp_path / "typo.yaml"
+        recipe.write_text("learning_rat: 1.0e-5\n" + (REPO / "recipes" / "tiny" / "sft.yaml").read_text())
+        argv = ["--config", str(recipe)]
+    else:
+        argv = ["--config", str(recipe), "--learning_rat", "1e-5"]
+    with pytest.raises(UnknownKeyError, match="unknown option 'learning_rat' .*did you mean 'learning_rate'"):
+        parse_args(SFT_TYPES, [*argv, "--output_dir", str(tmp_path / "out")], "t")
+    assert not (tmp_path / "out").exists()  # stopped before anything was made
+
+
+@pytest.mark.parametrize("types, recipe", [(SFT_TYPES, "sft.yaml"), (GRPO_TYPES, "con_grpo.yaml")])
+def test_a_default_run_configures_without_deprecation_warnings(tmp_path, types, recipe):
+    """TRL defaults gradient_checkpointing to True and transformers 5 deprecates the name: the config hands it to
+    activation_checkpointing first, so the setting holds and nothing is printed before the run."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning, deprecations included, fails the test
+        _, args, _ = parse_args(types, ["--config", str(REPO / "recipes" / "tiny" / recipe),
+                                        "--output_dir", str(tmp_path / "out")], "t")
+    assert args.gradient_checkpointing is False and getattr(args, "activation_checkpointing", False) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gpu_only = ["--bf16", "false"] + (["--use_vllm", "false"] if types is GRPO_TYPES else [])
+        _, args, _ = parse_args(types, ["--config", str(REPO / "recipes" / "qwen2.5-vl-3b" / recipe), *gpu_only,
+                                        "--output_dir", str(tmp_path / "gpu")], "t")
+    assert args.gradient_checkpointing is True
+
+
 @pytest.mark.parametrize("recipe", sorted(p for p in (REPO / "recipes").glob("*/*.yaml")
                                           if p.parent.name != "accelerate_configs"), ids=lambda p: str(p.parent.name + "/" + p.name))
 def test_every_recipe_field_is_real_and_validates(recipe):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trl import ModelConfig
 
@@ -113,3 +114,15 @@ class MedModelConfig(ModelConfig):
     """
 
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
+
+
+def rename_checkpointing(config: Any) -> None:
+    """Give ``gradient_checkpointing`` (TRL's default and the name recipes use) to ``activation_checkpointing``, its
+    new name in transformers 5, before ``TrainingArguments`` resolves the alias: the same setting, without the
+    deprecation warning every run would otherwise print first. A no-op where the new name does not exist."""
+    if getattr(config, "activation_checkpointing", False) is None and config.gradient_checkpointing is not None:
+        config.activation_checkpointing, config.gradient_checkpointing = config.gradient_checkpointing, None
+        kwargs = getattr(config, "gradient_checkpointing_kwargs", None)
+        if getattr(config, "activation_checkpointing_kwargs", False) is None and kwargs is not None:
+            config.activation_checkpointing_kwargs, config.gradient_checkpointing_kwargs = kwargs, None
+

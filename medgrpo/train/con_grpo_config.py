@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from medgrpo.train.args import rename_checkpointing
 from medgrpo.train.variants_config import GRPOVariantsMixin
 
 DEFAULT_REWARDS = ["format", "accuracy", "consistency", "evidence", "grounding"]
@@ -87,6 +88,7 @@ class ConGRPOConfig(GRPOVariantsMixin, GRPOConfig):
     judge_api_key_env: str | None = field(default=None, metadata={"help": "Env var holding the judge's token."})
 
     def __post_init__(self) -> None:
+        rename_checkpointing(self)
         super().__post_init__()
         if self.use_vllm:
             from trl.import_utils import is_vllm_available

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -44,6 +45,10 @@ from medgrpo.train import group_edits, losses
 from medgrpo.train.advantages import AdvantageSpec, DRPOState, HADWState, compute_advantages
 from medgrpo.train.checkpoints import ResumeWeightsMixin
 from medgrpo.train.con_grpo_config import ConGRPOConfig
+
+# TRL 1.16 reads transformers' deprecated ``model.is_gradient_checkpointing`` on every generation
+# (trl.models.utils.unwrap_model_for_generation); nothing a user sets changes it, so the warning is TRL's to fix.
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 VARIANTS_STATE = "medgrpo_variants_state.json"
 CARE_EMA_WEIGHTS = "medgrpo_care_ema.safetensors"

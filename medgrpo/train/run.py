@@ -31,6 +31,7 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None, prog: 
     The output folder is checked here too (:func:`check_output_dir`), so a run that could never save fails in one
     line before any data or model loads rather than after hours of training.
     """
+    check_known_keys(dataclass_types, sys.argv[1:] if argv is None else argv)
     parser = TrlParser(dataclass_types, prog=prog)
     parsed = parser.parse_args_and_config(args=argv)
     training = next((a for a in parsed if hasattr(a, "output_dir") and hasattr(a, "save_strategy")), None)
@@ -38,6 +39,41 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None, prog: 
     if training is not None and training.output_dir:
         check_output_dir(training, getattr(model, "model_name_or_path", None), getattr(model, "use_peft", False))
     return parsed
+
+
+class UnknownKeyError(ValueError):
+    """A recipe key or command-line option that no configuration field has (a typo would otherwise train with the
+    default silently, or stop with TRL's advice to edit the dataclass)."""
+
+
+def check_known_keys(dataclass_types: tuple[type, ...], argv: list[str]) -> None:
+    """Every ``--key`` on the command line and every key of ``--config`` names a field of one of the dataclasses;
+    else one line naming the key, where it came from, and the closest field.
+
+    Raises:
+        UnknownKeyError: the first unknown key.
+    """
+    import difflib
+    from dataclasses import fields
+
+    known = {f.name for cls in dataclass_types for f in fields(cls)} | {"config", "help", "h"}
+    given: list[tuple[str, str]] = []
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and len(arg) > 2:
+            given.append((arg[2:].split("=", 1)[0].replace("-", "_"), "on the command line"))
+        if arg == "--config" and i + 1 < len(argv) or arg.startswith("--config="):
+            path = Path(arg.split("=", 1)[1] if "=" in arg else argv[i + 1])
+            try:
+                recipe = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except (OSError, yaml.YAMLError):
+                continue  # TrlParser reports an unreadable recipe itself
+            if isinstance(recipe, dict):
+                given += [(str(key), f"in {path}") for key in recipe if key != "env"]
+    for key, where in given:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UnknownKeyError(f"unknown option '{key}' {where}{hint}")
 
 
 class OutputDirError(ValueError):

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from medgrpo.train.args import rename_checkpointing
+
 
 @dataclass
 class MedSFTConfig(SFTConfig):
@@ -22,6 +24,7 @@ class MedSFTConfig(SFTConfig):
     max_length: int | None = field(default=None, metadata={"help": "Maximum tokenized length; None = no truncation."})
 
     def __post_init__(self) -> None:
+        rename_checkpointing(self)
         super().__post_init__()
         if self.packing:
             raise ValueError("packing: not supported with image data (each row keeps its own image tokens); set it false")
