@@ -6,7 +6,7 @@ export OMP_NUM_THREADS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo lint bench clean
+.PHONY: install test demo lint bench clean lock
 
 # pip byte-compiles one file at a time, a third of the install (a fresh `make install`, measured: 156 s, against
 # 108 s with --no-compile and compileall on every core). A file written for a newer Python (torch ships one)
@@ -36,3 +36,10 @@ bench: install
 
 clean:
 	rm -rf runs build *.egg-info
+
+# Pin every package at what .venv holds now (after changing a dependency in pyproject.toml): constraints.txt is the
+# lock every install goes through.
+lock: install
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
