@@ -4,10 +4,10 @@ build the demo tiny model -> generate MedAD-Synth -> SFT (recipes/tiny/sft.yaml)
 (recipes/tiny/con_grpo.yaml) -> evaluate again on the held-out split -> export -> a side-by-side table.
 
 Every step calls the same public function the CLI and the recipes use; nothing here is a demo-only shortcut.
-The one demo-specific choice is in the data: MedAD-Synth with brief reasoning and ``--option-order slotted``
-(every class listed at its home letter, answer letters balanced). A 1.5M-parameter model trained for minutes does
-not learn to look its conclusion up in a shuffled option list (measured: held-out accuracy stayed at chance after
-900 SFT steps); real checkpoints do.
+The demo's data is MedAD-Synth in its ``visible`` setting (large, contrasted lesions at one place per quadrant) with
+brief reasoning and ``--option-order fixed`` (every class of the family listed, in class order): a 1.5M-parameter
+model trained for minutes does not learn to look its conclusion up in a shuffled option list (measured: held-out
+accuracy stayed at chance after 900 SFT steps), which real checkpoints do.
 A finished step is reused when the demo is run again into the same folder (``--overwrite`` starts afresh).
 Writes ``DIR/demo_report.json`` and ``DIR/demo_report.md``: the tables, and each overall change with a paired
 95% interval, the held-out mean reward (:func:`held_out_reward`, the recipe's objective) first.
@@ -140,9 +140,9 @@ def report_markdown(report: dict[str, Any]) -> str:
         "# medgrpo demo report",
         "",
         f"Model: tiny `{report['arch']}` (demo preset, random init), MedAD-Synth {report['n_train']} train / "
-        f"{report['n_test']} held-out test records ({report['cot_style']} reasoning, options in "
-        f"{report['option_order']} order), "
-        f"seed {report['seed']}. Chance accuracy is 0.25 (4 options).",
+        f"{report['n_test']} held-out test records ({report.get('setting', 'realistic')} lesions, "
+        f"{report['cot_style']} reasoning, options in {report['option_order']} order), "
+        f"seed {report['seed']}. Chance accuracy is {report.get('chance', 0.25):.3f} (one over the options shown).",
         f"Mean training reward: first {report['grpo_reward_first']:.3f} -> last {report['grpo_reward_last']:.3f} "
         "(Con-GRPO, averaged over the first and last 20% of logged steps).",
         *([f"Mean reward on the held-out split (the Con-GRPO recipe's weighted rewards on each greedy "
@@ -176,6 +176,14 @@ def report_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _chance(data: Path) -> float:
+    """What guessing scores on the held-out split: the mean of one over each record's number of options."""
+    from medgrpo.data import load_records
+
+    records = load_records(data, split="test")
+    return sum(1 / len(r.options) for r in records) / len(records)
+
+
 def _mean_reward(run_dir: Path) -> tuple[float, float]:
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
     rewards = [entry["reward"] for entry in history if "reward" in entry]
@@ -194,8 +202,9 @@ def run_demo(
     grpo_overrides: dict[str, Any] | None = None,
     max_new_tokens: int = 128,
     overwrite: bool = False,
-    option_order: str = "slotted",
+    option_order: str = "fixed",
     cot_style: str = "brief",
+    setting: str = "visible",
 ) -> dict[str, Any]:
     """Run the whole pipeline into ``out`` and return the report (also written as JSON and Markdown)."""
     from medgrpo.data.synth import generate_synth
@@ -229,7 +238,7 @@ def run_demo(
     t = _step(f"generate MedAD-Synth ({n_train} train / {n_test} test)")
     if not (paths["data"] / "test.jsonl").is_file():
         generate_synth(paths["data"], n_train=n_train, n_test=n_test, seed=seed, cot_style=cot_style,
-                       option_order=option_order)
+                       option_order=option_order, setting=setting)
     _done(t, timings, "data")
 
     common = {"dataset_path": paths["data"], "seed": seed}
@@ -267,7 +276,7 @@ def run_demo(
     reward = held_out_reward(grpo_args[1])
     report = {
         "arch": arch, "seed": seed, "n_train": n_train, "n_test": n_test, "option_order": option_order,
-        "cot_style": cot_style,
+        "cot_style": cot_style, "setting": setting, "chance": _chance(paths["data"]),
         "after_sft": _summary(sft_metrics), "after_con_grpo": _summary(grpo_metrics),
         "change": _change(paths["eval_sft"], paths["eval_con_grpo"], reward),
         "change_by_task": {task: _change(paths["eval_sft"], paths["eval_con_grpo"], reward, task)
@@ -283,6 +292,7 @@ def run_demo(
 
 def main(argv: list[str] | None = None) -> int:
     from medgrpo.data.synth import COT_STYLES, OPTION_ORDERS
+    from medgrpo.data.synth_draw import SETTINGS
 
     parser = argparse.ArgumentParser(prog="medgrpo demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
@@ -292,16 +302,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-test", type=int, default=1000,
                         help="held-out records (default 1000: 250 give intervals too wide to judge a 3-point change)")
     parser.add_argument("--recipes", default=str(REPO_RECIPES), help="folder holding sft.yaml and con_grpo.yaml")
-    parser.add_argument("--option-order", choices=list(OPTION_ORDERS), default="slotted",
-                        help="MedAD-Synth option order (default slotted: the letter follows the class, see above)")
+    parser.add_argument("--option-order", choices=list(OPTION_ORDERS), default="fixed",
+                        help="MedAD-Synth option order (default fixed: every class of the family, in class order)")
     parser.add_argument("--cot-style", choices=list(COT_STYLES), default="brief",
                         help="MedAD-Synth gold reasoning (default brief: fits the tiny model's generation budget)")
+    parser.add_argument("--setting", choices=list(SETTINGS), default="visible",
+                        help="MedAD-Synth lesions: visible (default) or realistic (the harder research setting)")
     parser.add_argument("--overwrite", action="store_true", help="delete --out first instead of reusing steps")
     args = parser.parse_args(argv)
     try:
         report = run_demo(args.out, arch=args.arch, seed=args.seed, n_train=args.n_train, n_test=args.n_test,
                           recipes=args.recipes, overwrite=args.overwrite, option_order=args.option_order,
-                          cot_style=args.cot_style)
+                          cot_style=args.cot_style, setting=args.setting)
     except (ValueError, FileNotFoundError) as exc:
         print(f"medgrpo: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         return 2

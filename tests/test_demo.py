@@ -5,6 +5,7 @@ import json
 import pytest
 import yaml
 
+from medgrpo.data import load_records
 from medgrpo.demo import METRICS, REPO_RECIPES, report_markdown, run_demo
 from medgrpo.eval.predictions import read_predictions
 from medgrpo.models.loading import load_model
@@ -54,8 +55,11 @@ def test_demo_runs_every_stage_and_reports_side_by_side(tmp_path):
     assert (out / "eval_sft" / "metrics.json").is_file() and (out / "eval_con_grpo" / "metrics.json").is_file()
     assert (out / "export" / "README.md").is_file()
     card = (out / "data" / "README.md").read_text()
-    assert "--option-order slotted" in card and "--cot-style brief" in card  # the demo's data choices
-    assert saved["cot_style"] == "brief" and "(brief reasoning, options in slotted order)" in report_markdown(report)
+    assert "--option-order fixed" in card and "--cot-style brief" in card and "--setting visible" in card
+    assert saved["cot_style"] == "brief" and "(visible lesions, brief reasoning, options in fixed order)" in \
+        report_markdown(report)
+    records = load_records(out / "data", split="test")
+    assert abs(saved["chance"] - sum(1 / len(r.options) for r in records) / len(records)) < 1e-12
     assert load_model(out / "export").config.model_type == "qwen2_5_vl"
     # A second run into the same folder reuses every finished stage instead of training again.
     again = run_demo(out, n_train=20, n_test=10, seed=1, max_new_tokens=16)

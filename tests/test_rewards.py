@@ -9,6 +9,7 @@ from medgrpo.data.builders import grpo_columns
 from medgrpo.data.record import MedADRecord
 from medgrpo.prompts import build_target
 from medgrpo.rewards import (
+    METRICS,
     REWARDS,
     RewardSettings,
     RewardSettingsError,
@@ -657,7 +658,7 @@ def test_reward_functions_share_a_batch_only_when_texts_columns_and_settings_mat
     texts[1] = done("No lesion; the answer is C.", "C")
     cols = columns_of(records, frames)
     shaped = RewardSettings(gate_on_correct=True, zero_on_format_failure=True, grounding_metric="giou")
-    plain, gated = build_reward_funcs(list(REWARDS)), build_reward_funcs(list(REWARDS), shaped)
+    plain, gated = build_reward_funcs(list(REWARDS), METRICS), build_reward_funcs(list(REWARDS), shaped)
     for fa, fb in zip(plain, gated, strict=True):  # interleaved: each call follows one with other settings
         for func, settings in ((fa, None), (fb, shaped)):
             scores = [verify(t, r, f, settings) for t, r, f in zip(texts, records, frames, strict=True)]
@@ -682,7 +683,7 @@ def test_total_reward_of_an_unshaped_evaluation_is_what_training_pays():
     texts[2] = "the answer is A"  # no grammar
     cols = columns_of(records, frames)
     names, weights = list(REWARDS), [0.5, 1.0, 1.0, 0.5, 0.25]
-    for settings in (RewardSettings(gate_on_correct=True, zero_on_format_failure=True), RewardSettings()):
+    for settings in (RewardSettings(), METRICS):
         paid = [func(prompts=None, completions=texts, **cols) for func in build_reward_funcs(names, settings)]
         for i, (text, record) in enumerate(zip(texts, records, strict=True)):
             per_func = [p[i] for p in paid]

@@ -282,3 +282,61 @@ def test_every_recipe_field_is_real_and_validates(recipe):
     assert model_args.model_name_or_path and training_args.output_dir
     if types is GRPO_TYPES:
         assert len(training_args.reward_weights) == len(training_args.reward_funcs)
+
+
+def test_medgrpo_rewards_in_a_plain_trl_trainer_pay_as_in_con_grpo(tiny_model_dirs, synth_dir, tmp_path):
+    """``medgrpo.rewards.REWARDS`` in TRL's own GRPOTrainer trains, and pays what ConGRPOTrainer with its default
+    config pays, completion by completion (one set of shaping defaults)."""
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+
+    from medgrpo.data import load_records, to_grpo_dataset
+    from medgrpo.prompts import build_target
+    from medgrpo.rewards import REWARDS as FUNCS
+    from medgrpo.train.con_grpo_trainer import ConGRPOTrainer
+    from medgrpo.train.modeling import load_for_training
+
+    data_args = DataArguments(dataset_path=str(synth_dir), max_train_samples=8)
+    model, processor, grid = load_for_training(MedModelConfig(model_name_or_path=str(tiny_model_dirs["qwen2_5_vl"]),
+                                                              dtype="float32"), data_args)
+    records = load_records(synth_dir, split="train")[:8]
+    dataset = to_grpo_dataset(records, data_args.root, grid)
+    common = dict(max_steps=2, per_device_train_batch_size=4, num_generations=2, max_completion_length=12,
+                  report_to="none", save_strategy="no", logging_steps=1, beta=0.0, bf16=False,
+                  gradient_checkpointing=False, learning_rate=1e-3, seed=0, use_cpu=True)
+    plain = GRPOTrainer(model=model, reward_funcs=[FUNCS[n] for n in REWARDS], train_dataset=dataset,
+                        args=GRPOConfig(output_dir=str(tmp_path / "plain"), **common), processing_class=processor)
+    plain.train()
+    assert {f"rewards/{n}/mean" for n in REWARDS} <= {k for e in plain.state.log_history for k in e}
+    con = ConGRPOTrainer(model=model, train_dataset=dataset, processing_class=processor,
+                         args=ConGRPOConfig(output_dir=str(tmp_path / "con"), **common))
+    rows = [dataset[i] for i in range(4)]
+    targets = [build_target(r) for r in records[:4]]
+    targets[1] = targets[1].replace(f"<answer>{records[1].answer}", "<answer>Z")  # a wrong letter
+    targets[2] = "no grammar at all"
+    completions = [[{"role": "assistant", "content": t}] for t in targets]
+    prompts = [row["prompt"] for row in rows]
+    for trainer in (plain, con):
+        trainer.state.global_step = 0
+    paid_plain = plain._calculate_rewards(rows, prompts, completions, [[1]] * 4)
+    paid_con = con._calculate_rewards(rows, prompts, completions, [[1]] * 4)
+    assert torch.equal(torch.nan_to_num(paid_plain, nan=-1.0), torch.nan_to_num(paid_con, nan=-1.0))
+    assert paid_con[2, 1:].nan_to_num(0.0).abs().sum() == 0  # outside the grammar nothing but format is paid
+
+
+def test_a_user_reward_by_import_path_is_weighted_and_logged_like_medgrpos(tiny_model_dirs, synth_dir, tmp_path,
+                                                                          monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(
+        "def brevity(prompts=None, completions=None, **columns):\n"
+        "    return [1.0 / (1 + len(str(c))) for c in completions]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    train_con_grpo(*parse_args(GRPO_TYPES, grpo_argv(tiny_model_dirs["qwen2_5_vl"], synth_dir, out, "--reward_funcs",
+                                                     "format", "accuracy", "my_rewards:brevity", "--reward_weights",
+                                                     "0.5", "1.0", "2.0"), "t"))
+    keys = log_keys(out)
+    assert "rewards/brevity/mean" in keys and "rewards/format/mean" in keys
+    with pytest.raises(ValueError, match="reward 'my_rewards:nothing': my_rewards has no function 'nothing'"):
+        ConGRPOConfig(output_dir=str(tmp_path / "x"), bf16=False, reward_funcs=["format", "my_rewards:nothing"])
+    with pytest.raises(ValueError, match="cannot import no_such_module"):
+        ConGRPOConfig(output_dir=str(tmp_path / "x"), bf16=False, reward_funcs=["no_such_module:f"])

@@ -25,7 +25,7 @@ from medgrpo.eval.report import write_report
 from medgrpo.eval.suites import AS_TRAINED, DatasetSpec, Suite, SuiteError, load_suite, suite_for_path
 from medgrpo.models.loading import read_run_info, trained_completion_length, trained_system_prompt
 from medgrpo.prompts import build_prompt
-from medgrpo.rewards.settings import RewardSettings
+from medgrpo.rewards.settings import METRICS, RewardSettings
 
 RUN_FILE = "run.json"
 
@@ -180,8 +180,10 @@ def evaluate(
     budget = max_new_tokens or max(suite.max_new_tokens, trained_completion_length(run_info) or 0)
     loaded = {name: (replace(spec, system_prompt=trained) if spec.system_prompt == AS_TRAINED else spec, *rest)
               for name, (spec, *rest) in loaded.items()}
-    # reports promise IoU and Acc@0.5: the GIoU training variant is a reward shaping, not a metric
-    reward_settings = replace(reward_settings or RewardSettings(), grounding_metric="iou")
+    # metrics are the verifiers unshaped (a reward's gate is not a measurement), and reports promise IoU and
+    # Acc@0.5: the GIoU training variant is a reward shaping, not a metric
+    reward_settings = replace(reward_settings or METRICS, grounding_metric="iou", gate_on_correct=False,
+                              zero_on_format_failure=False)
     cfg = GenerationConfig(model=str(Path(model_path).resolve()), backend=backend,
                            max_new_tokens=budget, num_samples=num_samples,
                            temperature=temperature, top_p=top_p, seed=seed,

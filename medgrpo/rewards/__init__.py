@@ -8,12 +8,13 @@ TRL reward functions.
 from medgrpo.rewards.columns import records_from_columns
 from medgrpo.rewards.parsing import ParsedCompletion, choice_of, completion_text, parse_completion
 from medgrpo.rewards.registry import REWARD_NAMES, REWARDS, RewardFunction, build_reward_funcs
-from medgrpo.rewards.settings import CRITERIA, JudgeSettings, RewardSettings, RewardSettingsError
+from medgrpo.rewards.settings import CRITERIA, METRICS, JudgeSettings, RewardSettings, RewardSettingsError
 from medgrpo.rewards.verify import KEYS, shape, total_reward, verify, verify_batch
 
 __all__ = [
     "CRITERIA",
     "KEYS",
+    "METRICS",
     "REWARDS",
     "REWARD_NAMES",
     "JudgeSettings",

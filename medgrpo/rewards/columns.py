@@ -136,29 +136,26 @@ def _frozen(column: list | tuple, n: int) -> list:
     return [_freeze(v) for v in values]
 
 
-_last: list[Any] = [(), None]  # (the column objects of the last call, its rows)
-
-
 def rows_from_columns(
-    columns: dict[str, Any], n: int
+    columns: dict[str, Any], n: int, memo: list[Any] | None = None
 ) -> list[tuple[MedADRecord, BoxFrame | None, RecordFacts]]:
     """``n`` rows of (record, frame, facts) from TRL's reward kwargs; missing columns read as empty.
 
-    TRL hands every reward function the same column lists in one step: when they are the very same objects
-    as last time (identity, with the last lists held so their ids cannot be reused), the rows are reused.
+    ``memo`` (a two-item list the caller owns, e.g. :class:`~medgrpo.rewards.registry.BatchCache`'s) holds the
+    column lists of the last call and its rows: TRL hands every reward function the very same column lists in one
+    step, so when they are the same objects again (identity; the lists are held, so their ids cannot be reused) the
+    rows are reused instead of rebuilt.
     """
     cols = [columns.get(name) for name in _FIELDS]
     cols = [c if isinstance(c, list | tuple) else () for c in cols]
-    held, rows = _last
-    if (
-        rows is not None
-        and len(rows) == n
-        and len(held) == len(cols)
-        and all(a is b for a, b in zip(held, cols, strict=True))
-    ):
-        return rows
+    if memo is not None:
+        held, rows = memo
+        if (rows is not None and len(rows) == n and len(held) == len(cols)
+                and all(a is b for a, b in zip(held, cols, strict=True))):
+            return rows
     rows = [_row(key) for key in zip(*(_frozen(c, n) for c in cols), strict=True)]
-    _last[:] = [cols, rows]
+    if memo is not None:
+        memo[:] = [cols, rows]
     return rows
 
 

@@ -75,10 +75,15 @@ class RewardSettings:
         evidence_weights: weights of the five criteria (order of :data:`CRITERIA`); the evidence score is
             their weighted mean over the criteria that could be scored.
         gate_on_correct: multiply ``consistency`` and ``evidence`` by ``accuracy``, so a consistent but wrong
-            completion earns nothing beyond its (zero) accuracy. Off by default: then consistency rewards
-            coherent reasoning even before the answer is right, as MedAD-R1's Con-GRPO does.
+            completion earns nothing beyond its (zero) accuracy (on by default, as in ``ConGRPOConfig``: otherwise
+            the policy can trade accuracy for fluent, self-consistent wrong answers; off, consistency rewards
+            coherent reasoning before the answer is right, which the CPU demo's recipe chooses, measured).
         zero_on_format_failure: when the format score is 0, every other reward is 0 (grounding stays None
-            where it does not apply): nothing is earned outside the grammar.
+            where it does not apply): nothing is earned outside the grammar (on by default: partial credit for
+            broken outputs was measured to be gamed by longer outputs).
+
+    The defaults are the rewards' (``REWARDS``, ``ConGRPOConfig``); evaluation reads the verifiers unshaped
+    (:data:`METRICS`), so a metric is what the verifier measured, not what training would have paid.
         grounding_metric: ``"iou"`` or ``"giou"`` (rescaled from [-1, 1] to [0, 1], so that a near miss still
             gets a gradient).
         judge: transport settings of the ``judge`` backend.
@@ -86,8 +91,8 @@ class RewardSettings:
 
     evidence_backend: Literal["rule", "judge"] = "rule"
     evidence_weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0)
-    gate_on_correct: bool = False
-    zero_on_format_failure: bool = False
+    gate_on_correct: bool = True
+    zero_on_format_failure: bool = True
     grounding_metric: Literal["iou", "giou"] = "iou"
     judge: JudgeSettings = field(default_factory=JudgeSettings)
 
@@ -113,3 +118,9 @@ class RewardSettings:
             if unknown:
                 raise RewardSettingsError(f"judge.{unknown[0]}: unknown setting")
             object.__setattr__(self, "judge", JudgeSettings(**self.judge))
+
+
+METRICS = RewardSettings(gate_on_correct=False, zero_on_format_failure=False)
+"""The verifiers read as they are, without the rewards' shaping: what :func:`medgrpo.rewards.verify` returns by
+default and what evaluation reports."""
+

@@ -20,16 +20,13 @@ from medgrpo.rewards.facts import RecordFacts, facts_of
 from medgrpo.rewards.format import format_score
 from medgrpo.rewards.grounding import grounding_score, to_original
 from medgrpo.rewards.parsing import choice_of, completion_text, parse_text
-from medgrpo.rewards.settings import CRITERIA, RewardSettings
+from medgrpo.rewards.settings import CRITERIA, METRICS, RewardSettings
 
 CRITERION_KEYS: tuple[str, ...] = tuple(f"evidence/{c}" for c in CRITERIA)
 KEYS: tuple[str, ...] = (
     "format", "accuracy", "consistency", "evidence", *CRITERION_KEYS, "grounding", "reasoning_accuracy",
 )
 """The keys of :func:`verify`'s result, in order."""
-
-DEFAULT_SETTINGS = RewardSettings()
-
 
 def raw_scores(text: str, facts: RecordFacts, frame: BoxFrame | None, metric: str = "iou") -> tuple:
     """(format, accuracy, consistency, grounding, rule criteria, reasoning accuracy) of one completion,
@@ -112,7 +109,8 @@ def verify(
         record: the record the completion answers.
         frame: the box frame of ``record.images[0]`` (model convention <-> original pixels); without it, cited
             boxes are taken to be in original pixels already.
-        settings: backend, weights and shaping (:class:`RewardSettings`); defaults when None.
+        settings: backend, weights and shaping (:class:`RewardSettings`); None reads the verifiers unshaped
+            (:data:`~medgrpo.rewards.settings.METRICS`, what evaluation reports).
 
     Returns:
         ``format``, ``accuracy``, ``consistency``, ``evidence`` (the weighted criteria, shaped like the
@@ -121,7 +119,7 @@ def verify(
         the answer block says: an evaluation metric beside consistency, raw, never shaped). Every value is finite and in [0, 1], or
         None where not applicable.
     """
-    settings = settings or DEFAULT_SETTINGS
+    settings = settings or METRICS
     text = completion_text(completion)
     facts = facts_of(record)
     judged = None
@@ -139,7 +137,7 @@ def verify_batch(
     settings: RewardSettings | None = None,
 ) -> list[dict[str, float | None]]:
     """:func:`verify` over many completions; with the judge backend, one batched judge call for all."""
-    settings = settings or DEFAULT_SETTINGS
+    settings = settings or METRICS
     frames = frames if frames is not None else [None] * len(records)
     texts = [completion_text(c) for c in completions]
     judged: list[Any] = [None] * len(texts)

@@ -26,7 +26,8 @@ class ConGRPOConfig(GRPOVariantsMixin, GRPOConfig):
         > Rewards (Con-GRPO, MedAD-R1)
 
         reward_funcs (`list[str]`, defaults to `["format", "accuracy", "consistency", "evidence", "grounding"]`):
-            Names from :data:`medgrpo.rewards.REWARDS`. ``consistency`` is reasoning-answer consistency and
+            Names from :data:`medgrpo.rewards.REWARDS`, or a function of yours as ``package.module:function`` (TRL's
+            reward signature; weighted and logged like the others). ``consistency`` is reasoning-answer consistency and
             ``evidence`` MedAD-R1's Evidence-Aware Consistency Reward; ``grounding`` (box IoU) returns None, i.e. "not
             applicable", on records without a box. TRL's ``reward_weights`` weighs them (equal when unset).
         evidence_backend (`str`, defaults to `"rule"`):
@@ -67,7 +68,7 @@ class ConGRPOConfig(GRPOVariantsMixin, GRPOConfig):
 
     reward_funcs: list[str] = field(
         default_factory=lambda: list(DEFAULT_REWARDS),
-        metadata={"help": "Reward names from medgrpo.rewards.REWARDS."},
+        metadata={"help": "Reward names from medgrpo.rewards.REWARDS, or package.module:function."},
     )
     evidence_backend: str = field(default="rule", metadata={"help": "rule or judge."})
     evidence_weights: list[float] | None = field(
@@ -96,10 +97,14 @@ class ConGRPOConfig(GRPOVariantsMixin, GRPOConfig):
             if not is_vllm_available():
                 raise ValueError("use_vllm: vLLM is not installed: pip install 'medgrpo[vllm]' or set use_vllm: false")
         from medgrpo.rewards import REWARDS
+        from medgrpo.rewards.registry import import_reward
 
-        unknown = [name for name in self.reward_funcs if name not in REWARDS]
-        if unknown:
-            raise ValueError(f"reward_funcs: unknown reward '{unknown[0]}' (available: {', '.join(REWARDS)})")
+        for name in self.reward_funcs:
+            if ":" in name:
+                import_reward(name)  # a user reward by import path: it must import now, not after the model loads
+            elif name not in REWARDS:
+                raise ValueError(f"reward_funcs: unknown reward '{name}' (available: {', '.join(REWARDS)}, or a "
+                                 "function of yours as 'package.module:function')")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             raise ValueError(
                 f"reward_weights has {len(self.reward_weights)} values but reward_funcs names "
