@@ -11,7 +11,6 @@ as columns (``image_size``, ``model_image_size``, ``box_format``) so the groundi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,24 +32,16 @@ def box_format_for(model_type: str) -> BoxFormat:
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """The Qwen-VL resize rule: both sides multiples of ``factor``, area within [min_pixels, max_pixels],
-    aspect ratio kept as closely as the grid allows. Returns ``(height, width)``.
-
-    Same rule as the Qwen2-VL image processor and ``qwen_vl_utils.smart_resize``; tested against the processor.
-    """
+    """The Qwen-VL resize rule (``qwen_vl_utils.smart_resize``, the processors' own): both sides multiples of
+    ``factor``, area within [min_pixels, max_pixels], aspect ratio kept as closely as the grid allows. Returns
+    ``(height, width)``; a size that is not positive, or an aspect ratio past 200, is a one-line ``ValueError``."""
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
-    h_bar = round(height / factor) * factor  # may be 0 for a sliver; the min_pixels branch then grows it
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    from qwen_vl_utils import (
+        smart_resize as qwen_smart_resize,  # imports torchvision: only where images are sized
+    )
+
+    return qwen_smart_resize(height, width, factor, min_pixels, max_pixels)
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,10 @@ def _decode_resized(path: Path, grid: ImageGrid, settings: ImageSettings) -> lis
     out = []
     for im in load_image(path, window=settings.window, frames=settings.frames, percentiles=settings.percentiles):
         size = im.size
-        target = grid.resized_size(*size)
+        try:
+            target = grid.resized_size(*size)
+        except ValueError as exc:  # e.g. an aspect ratio past 200, which the Qwen-VL processors refuse too
+            raise ImageError(f"{path}: {exc}") from None
         if target != size:
             im = im.resize(target, _RESAMPLE[settings.resample])
         im.info = {}

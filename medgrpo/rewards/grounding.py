@@ -29,7 +29,9 @@ def to_original(box: Box, frame: BoxFrame | None) -> Box:
 
 
 def box_iou(a: Box, b: Box) -> float:
-    """Intersection over union of two corner-sorted boxes (0 when either is degenerate)."""
+    """Intersection over union of two corner-sorted boxes (0 when either is degenerate). ``torchvision.ops.box_iou``'s
+    formula in plain Python: a tensor call per box pair costs about 75 us, most of a reward's 100 us per completion
+    (measured; a test checks both against torchvision on random boxes)."""
     ix = min(a[2], b[2]) - max(a[0], b[0])
     iy = min(a[3], b[3]) - max(a[1], b[1])
     inter = ix * iy if ix > 0 and iy > 0 else 0.0
