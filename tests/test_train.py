@@ -340,3 +340,15 @@ def test_a_user_reward_by_import_path_is_weighted_and_logged_like_medgrpos(tiny_
         ConGRPOConfig(output_dir=str(tmp_path / "x"), bf16=False, reward_funcs=["format", "my_rewards:nothing"])
     with pytest.raises(ValueError, match="cannot import no_such_module"):
         ConGRPOConfig(output_dir=str(tmp_path / "x"), bf16=False, reward_funcs=["no_such_module:f"])
+
+
+def test_help_shows_each_fields_docstring(capsys):
+    from medgrpo.train.run import field_docs
+
+    with pytest.raises(SystemExit):
+        parse_args(GRPO_TYPES, ["--help"], "medgrpo grpo")
+    shown = " ".join(capsys.readouterr().out.split())
+    docs = field_docs(ConGRPOConfig)
+    for name in ("gate_on_correct", "hadw", "scope_coef", "accuracy_tasks"):  # own fields and the variants mixin's
+        assert " ".join(docs[name].split())[:80] in shown, name
+    assert field_docs(DataArguments)["dataset_path"].startswith("A MedAD dataset folder")

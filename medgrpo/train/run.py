@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -33,12 +34,33 @@ def parse_args(dataclass_types: tuple[type, ...], argv: list[str] | None, prog: 
     """
     check_known_keys(dataclass_types, sys.argv[1:] if argv is None else argv)
     parser = TrlParser(dataclass_types, prog=prog)
+    docs = {name: text for cls in dataclass_types for name, text in field_docs(cls).items()}
+    for action in parser._actions:  # --help shows each medgrpo field's docstring, not its one-line stub
+        if action.dest in docs:
+            action.help = docs[action.dest].replace("%", "%%") + " (default: %(default)s)"
     parsed = parser.parse_args_and_config(args=argv)
     training = next((a for a in parsed if hasattr(a, "output_dir") and hasattr(a, "save_strategy")), None)
     model = next((a for a in parsed if hasattr(a, "model_name_or_path")), None)
     if training is not None and training.output_dir:
         check_output_dir(training, getattr(model, "model_name_or_path", None), getattr(model, "use_peft", False))
     return parsed
+
+
+_FIELD_DOC = re.compile(r"^ {8}(\w+(?:, \w+)*) \(`[^\n]*\):\n((?: {12}.*\n?)+)", re.MULTILINE)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name -> its docstring text (one paragraph), from the TRL-style ``Parameters`` sections of ``cls`` and
+    the medgrpo classes it inherits (``name (`type`, defaults to `x`):`` then the text indented below it)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not klass.__module__.startswith("medgrpo"):
+            continue  # TRL's and transformers' fields keep their own help
+        for match in _FIELD_DOC.finditer(klass.__doc__ or ""):
+            text = " ".join(match.group(2).split())
+            for name in match.group(1).split(", "):
+                docs[name] = text
+    return docs
 
 
 class UnknownKeyError(ValueError):
