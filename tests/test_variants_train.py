@@ -10,7 +10,7 @@ from medgrpo.train.losses import (
     answer_logp,
     answer_mask,
     care_bonus,
-    ema_update,
+    ema_copy,
     positive_nll,
     trajectory_ratio_loss,
 )
@@ -91,11 +91,13 @@ def test_answer_mask_and_care_bonus():
 
 
 def test_ema_update():
-    ema, model = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
-    torch.nn.init.zeros_(ema.weight)
+    model = torch.nn.Linear(2, 1)
+    torch.nn.init.zeros_(model.weight)
+    ema = ema_copy(model, decay=0.9)  # a frozen copy: the policy's weights at the start
     torch.nn.init.ones_(model.weight)
-    ema_update(ema, model, decay=0.9)
-    assert torch.allclose(ema.weight, torch.full_like(ema.weight, 0.1))
+    ema.update_parameters(model)
+    assert torch.allclose(ema.module.weight, torch.full_like(ema.module.weight, 0.1))
+    assert not ema.module.weight.requires_grad
 
 
 # ---- every variant for 2 real steps on the ci tiny model --------------------------------------------------------

@@ -117,7 +117,8 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
         self._captured: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._ema_model = None
         if args.care_bonus > 0:
-            self._ema_model = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
+            self._ema = losses.ema_copy(self.accelerator.unwrap_model(self.model), args.care_ema_decay)
+            self._ema_model = self._ema.module
             self._ema_step = 0
         self._accuracy_index = args.reward_funcs.index("accuracy") if "accuracy" in args.reward_funcs else None
         if args.edits_groups or args.care_bonus > 0:
@@ -356,7 +357,7 @@ class ConGRPOTrainer(ResumeWeightsMixin, GRPOTrainer):
     def _care_bonus(self, output: dict[str, Any], rewards: torch.Tensor) -> torch.Tensor:
         """GRPO-CARE: answer likelihood under the EMA reference -> consistency bonus for every global completion."""
         if self.state.global_step - self._ema_step >= self.args.care_ema_every:
-            losses.ema_update(self._ema_model, self.accelerator.unwrap_model(self.model), self.args.care_ema_decay)
+            self._ema.update_parameters(self.accelerator.unwrap_model(self.model))
             self._ema_step = self.state.global_step
         ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)

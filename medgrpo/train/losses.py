@@ -155,9 +155,13 @@ def care_bonus(likelihood: torch.Tensor, accuracy: torch.Tensor, num_generations
     return (confident.reshape(-1).to(accuracy) * bonus * torch.nan_to_num(accuracy, nan=0.0))
 
 
-@torch.no_grad()
-def ema_update(ema_model: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    """``p_ema <- decay * p_ema + (1 - decay) * p`` over matching parameters (GRPO-CARE: 0.995 every 10 steps)."""
-    current = dict(model.named_parameters())
-    for name, param in ema_model.named_parameters():
-        param.mul_(decay).add_(current[name].detach().to(param.dtype), alpha=1 - decay)
+def ema_copy(model: torch.nn.Module, decay: float) -> torch.optim.swa_utils.AveragedModel:
+    """GRPO-CARE's slow reference: a frozen copy of ``model`` (``torch.optim.swa_utils.AveragedModel`` with an EMA
+    average), whose ``update_parameters(model)`` moves it ``p_ema <- decay * p_ema + (1 - decay) * p`` (the paper:
+    0.995 every 10 steps); ``.module`` is the copy to score with."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))
+    ema.update_parameters(model)  # counts as the first average, so every later update decays instead of copying
+    ema.module.eval().requires_grad_(False)
+    return ema
