@@ -9,6 +9,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from accelerate import PartialState  # .print: once per machine, not once per rank
+
 
 def _safetensors_problem(path: Path) -> str | None:
     """Why a safetensors file is unusable, or None: ``safetensors.safe_open`` reads its header and checks that the
@@ -82,9 +84,9 @@ def resume_checkpoint(output_dir: str, explicit: str | bool | None) -> str | Non
     for _, child in sorted(steps, reverse=True):
         problem = checkpoint_problem(child)
         if problem is None:
-            print(f"medgrpo: resuming from {child}", file=sys.stderr)
+            PartialState().print(f"medgrpo: resuming from {child}", file=sys.stderr)
             return str(child)
-        print(f"medgrpo: skipping incomplete {child}: {problem}", file=sys.stderr)
+        PartialState().print(f"medgrpo: skipping incomplete {child}: {problem}", file=sys.stderr)
     return None
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch.distributed as dist
 import yaml
+from accelerate import PartialState  # .print: once per machine, not once per rank
 from trl import TrlParser, get_peft_config
 
 from medgrpo.data import LoadReport, MedADRecord, RecordError, load_records
@@ -193,10 +194,12 @@ def load_training_records(data_args: DataArguments) -> list[MedADRecord]:
         report=report,
     )
     if report.skipped:
-        print(f"medgrpo: skipped {len(report.skipped)} bad record(s); first: {report.skipped[0]}", file=sys.stderr)
+        PartialState().print(f"medgrpo: skipped {len(report.skipped)} bad record(s); first: {report.skipped[0]}",
+                             file=sys.stderr)
     if data_args.tasks:
         kept = [r for r in records if r.task in data_args.tasks]
-        print(f"medgrpo: training on {len(kept)} of {len(records)} records (tasks: {', '.join(data_args.tasks)})")
+        PartialState().print(f"medgrpo: training on {len(kept)} of {len(records)} records "
+                             f"(tasks: {', '.join(data_args.tasks)})")
         if records and not kept:
             raise RecordError(f"{data_args.dataset_path}: no training records of tasks {', '.join(data_args.tasks)}")
         records = kept
@@ -218,7 +221,7 @@ def oversample_rows(dataset: Any, records: list[MedADRecord], report: BuildRepor
     tasks = [r.task for r in records if r.id not in skipped]  # the dataset's rows, in order
     repeated = [i for i, task in enumerate(tasks) if task in data_args.oversample_tasks]
     indices = list(range(len(tasks))) + repeated * (data_args.oversample_factor - 1)
-    print(f"medgrpo: {len(repeated)} rows of {', '.join(data_args.oversample_tasks)} listed "
+    PartialState().print(f"medgrpo: {len(repeated)} rows of {', '.join(data_args.oversample_tasks)} listed "
           f"x{data_args.oversample_factor}, {len(indices)} rows in all")
     return dataset.select(indices)
 
