@@ -194,7 +194,9 @@ def test_http_judge_limits_concurrency(server):
 
 
 def test_evidence_reward_with_judge_backend_logs_criteria(server):
-    settings = RewardSettings(evidence_backend="judge", judge=settings_for(server))
+    # unshaped, so that the junk completion is still scored by the judge (the reward's default pays it 0)
+    settings = RewardSettings(evidence_backend="judge", judge=settings_for(server), gate_on_correct=False,
+                              zero_on_format_failure=False)
     logged = {}
     (evidence,) = build_reward_funcs(["evidence"], settings)
     out = evidence(
@@ -272,6 +274,7 @@ def test_dev_set_end_to_end_through_a_fake_openai_server(server, monkeypatch):
     settings = RewardSettings(
         evidence_backend="judge",
         judge=settings_for(server, model="dev-judge", max_retries=2, backoff_s=0.001, max_concurrency=4),
+        gate_on_correct=False, zero_on_format_failure=False,  # read as a metric: the judge's scores unshaped
     )
     results = verify_batch(completions, records, settings=settings)
 

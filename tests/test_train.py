@@ -137,7 +137,7 @@ def _write_yaml(path: Path, **over) -> Path:
 @pytest.mark.parametrize(
     "over, message",
     [
-        ({"not_a_field": 1}, "Unknown arguments from config file"),
+        ({"not_a_field": 1}, "unknown option 'not_a_field' in"),
         ({"num_generations": 3}, "num_generations"),
         ({"reward_funcs": ["format", "nope"]}, "unknown reward 'nope'"),
         ({"reward_weights": [1.0, 1.0]}, "give one weight per reward"),
