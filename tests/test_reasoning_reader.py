@@ -77,6 +77,12 @@ BOWEL = rec("Which abnormality is present?", ["Free intraperitoneal air", "Small
                                               "No abnormality"], "B")
 BRAIN = rec("What is the finding?", ["Ischemic stroke", "Intracranial hemorrhage", "Glioma", "Abscess"], "B",
             "pathology_characterization")
+VESSEL = rec("Which vessel is marked?", ["Ascending aorta", "Main pulmonary artery", "Superior vena cava",
+                                         "Left atrium"], "B", "anatomy_identification")
+SEQUENCE = rec("Which MRI sequence is shown?", ["T1-weighted", "T2-weighted", "FLAIR", "Diffusion-weighted imaging"],
+               "C", "modality_classification")
+ENDOSCOPY = rec("Which imaging mode was used?", ["White-light endoscopy", "Narrow-band imaging",
+                                                 "Capsule endoscopy"], "B", "modality_classification")
 
 
 @pytest.mark.parametrize(
@@ -91,32 +97,16 @@ BRAIN = rec("What is the finding?", ["Ischemic stroke", "Intracranial hemorrhage
         (BRAIN, "A hyperdense intraparenchymal haemorrhage with surrounding oedema.", "B"),
         # markdown layout
         (BRAIN, "### Findings\n- **hyperdense** bleed\n\n**Answer: B**", "B"),
+        # the lexicon tables: clinical names beyond the options' words
+        (VESSEL, "It arises from the right ventricular outflow tract and bifurcates: the pulmonary trunk.", "B"),
+        (ENDOSCOPY, "Brown superficial capillaries on teal mucosa. Impression: NBI.", "B"),
+        (SEQUENCE, "Dark CSF, bright periventricular lesions: fluid-attenuated inversion recovery.", "C"),
     ],
 )
 def test_synonyms_abbreviations_and_layout_name_the_option(record, think, answer):
     assert consistency(think, answer, record) == 1.0
     assert consistency(think, "A" if answer != "A" else "C", record) == 0.0
 
-
-VESSEL = rec("Which vessel is marked?", ["Ascending aorta", "Main pulmonary artery", "Superior vena cava",
-                                         "Left atrium"], "B", "anatomy_identification")
-SEQUENCE = rec("Which MRI sequence is shown?", ["T1-weighted", "T2-weighted", "FLAIR", "Diffusion-weighted imaging"],
-               "C", "modality_classification")
-ENDOSCOPY = rec("Which imaging mode was used?", ["White-light endoscopy", "Narrow-band imaging",
-                                                 "Capsule endoscopy"], "B", "modality_classification")
-
-
-@pytest.mark.parametrize(
-    "record, think, answer",
-    [
-        (VESSEL, "It arises from the right ventricular outflow tract and bifurcates: the pulmonary trunk.", "B"),
-        (ENDOSCOPY, "Brown superficial capillaries on teal mucosa. Impression: NBI.", "B"),
-        (SEQUENCE, "Dark CSF, bright periventricular lesions: fluid-attenuated inversion recovery.", "C"),
-    ],
-)
-def test_the_lexicon_tables_read_clinical_names_beyond_the_options_words(record, think, answer):
-    assert consistency(think, answer, record) == 1.0
-    assert consistency(think, "A" if answer != "A" else "C", record) == 0.0
 
 
 def test_the_lexicon_tables_are_well_formed():
