@@ -9,7 +9,10 @@ Two transports (:class:`~medgrpo.rewards.settings.JudgeSettings`):
 * ``http``: an OpenAI-compatible ``/chat/completions`` endpoint (e.g. ``vllm serve``), with a concurrency
   limit, a per-request timeout and retries with exponential backoff on timeouts, connection errors, 429 and
   5xx. Requests go to the host of ``base_url`` only: proxies from the environment are ignored and redirects
-  are not followed. Only text is sent, never image bytes or paths.
+  are not followed. Only text is sent, never image bytes or paths. The standard library, not
+  ``huggingface_hub.InferenceClient`` (which speaks the same protocol): its HTTP session follows redirects and
+  honours proxies from the environment, and changing that is process-wide (``set_client_factory``), where a
+  judge request carrying clinical text must reach the configured host and nothing else (tests assert both).
 * ``local``: a transformers model loaded once in this process, generating greedily in batches.
 
 Results are cached by (completion, record id, rubric version). Judge output is parsed leniently (the first
@@ -164,7 +167,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class HttpTransport:
-    """POSTs rubric chats to an OpenAI-compatible ``/chat/completions`` endpoint (stdlib only)."""
+    """POSTs rubric chats to an OpenAI-compatible ``/chat/completions`` endpoint (stdlib only: see the module
+    docstring for why not huggingface_hub's client)."""
 
     def __init__(self, settings: JudgeSettings) -> None:
         url = urllib.parse.urlsplit(settings.base_url)
