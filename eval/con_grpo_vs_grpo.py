@@ -25,7 +25,7 @@ PLAIN_GRPO = {"reward_funcs": ["format", "accuracy"], "reward_weights": [0.5, 1.
 """What makes the recipe plain GRPO: the R1 rewards only, at the recipe's own weights."""
 
 
-def plain_grpo(run: Path, seed: int, n_test: int) -> Path:
+def plain_grpo(run: Path, seed: int) -> Path:
     """Plain GRPO from ``run``'s SFT checkpoint with the Con-GRPO recipe's settings, evaluated like the demo."""
     from medgrpo.eval.evaluate import evaluate
     from medgrpo.train.args import DataArguments, MedModelConfig
@@ -80,7 +80,7 @@ def main() -> int:
     for seed in args.seeds:
         run = args.out / f"seed-{seed}"
         run_demo(run, seed=seed, n_test=args.n_test)
-        seeds[str(seed)] = compare(plain_grpo(run, seed, args.n_test), run / "eval_con_grpo")
+        seeds[str(seed)] = compare(plain_grpo(run, seed), run / "eval_con_grpo")
     pooled = pool_changes([{m: c[m] for m in METRICS} for c in seeds.values()])
     result = {"command": "python eval/con_grpo_vs_grpo.py " + " ".join(sys.argv[1:]), "seeds": seeds,
               "pooled": {m: {k: pooled[m][k] for k in ("delta", "ci_low", "ci_high", "n")} for m in METRICS}}

@@ -692,6 +692,8 @@ def test_total_reward_of_an_unshaped_evaluation_is_what_training_pays():
             assert got == pytest.approx(expected), (i, settings)
     shaped = RewardSettings(zero_on_format_failure=True)
     assert total_reward(verify(texts[2], records[2], ABS), names, weights, shaped) == 0.0
+    user = total_reward(verify(texts[0], records[0], ABS), [*names, "my_rewards:brevity"], [*weights, 3.0], shaped)
+    assert user == total_reward(verify(texts[0], records[0], ABS), names, weights, shaped)  # its term left out
     assert total_reward(verify(texts[0], records[0], ABS), ["grounding"], None, shaped) is not None
     no_box = rec("anatomy_identification", ["chest", "knee", "brain", "abdomen"], "A", bbox=())
     assert total_reward(verify(done("A chest.", "A"), no_box), ["grounding"], None, shaped) is None

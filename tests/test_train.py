@@ -248,6 +248,10 @@ def test_an_unknown_key_stops_in_one_line_with_the_closest_field(tmp_path, where
     with pytest.raises(UnknownKeyError, match="unknown option 'learning_rat' .*did you mean 'learning_rate'"):
         parse_args(SFT_TYPES, [*argv, "--output_dir", str(tmp_path / "out")], "t")
     assert not (tmp_path / "out").exists()  # stopped before anything was made
+    # a boolean field's negation is HfArgumentParser's own option, not a typo
+    _, args, _ = parse_args(GRPO_TYPES, ["--config", str(REPO / "recipes" / "tiny" / "con_grpo.yaml"),
+                                         "--no_zero_on_format_failure", "--output_dir", str(tmp_path / "ok")], "t")
+    assert args.zero_on_format_failure is False
 
 
 @pytest.mark.parametrize("types, recipe", [(SFT_TYPES, "sft.yaml"), (GRPO_TYPES, "con_grpo.yaml")])

@@ -89,10 +89,11 @@ def total_reward(
 ) -> float | None:
     """The reward a Con-GRPO run pays a completion: ``sum_k w_k r_k`` over the run's ``reward_funcs`` after its
     shaping (:func:`shape`), skipping the rewards that do not apply (TRL's NaN); None when none applies. Used to
-    score a held-out split with the training objective itself."""
+    score a held-out split with the training objective itself. A user's reward named by import path
+    (``module:function``) has no score here, so its term is left out like a reward that does not apply."""
     weights = reward_weights if reward_weights is not None else [1.0] * len(reward_funcs)
     shaped = shape(scores, settings)
-    terms = [w * shaped[name] for name, w in zip(reward_funcs, weights, strict=True) if shaped[name] is not None]
+    terms = [w * shaped[name] for name, w in zip(reward_funcs, weights, strict=True) if shaped.get(name) is not None]
     return sum(terms) if terms else None
 
 

@@ -93,7 +93,7 @@ def check_known_keys(dataclass_types: tuple[type, ...], argv: list[str]) -> None
             if isinstance(recipe, dict):
                 given += [(str(key), f"in {path}") for key in recipe if key != "env"]
     for key, where in given:
-        if key not in known:
+        if key not in known and key.removeprefix("no_") not in known:  # --no_X: HfArgumentParser's False of X
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise UnknownKeyError(f"unknown option '{key}' {where}{hint}")
