@@ -330,3 +330,21 @@ def test_tic_stops_on_a_loss_field_it_cannot_honour(tmp_path, setting, named):
     with pytest.raises(ValueError, match=f"cannot honour {named}"):
         ConGRPOConfig(output_dir=str(tmp_path), trajectory_ratio=True, bf16=False, **setting)
     ConGRPOConfig(output_dir=str(tmp_path), trajectory_ratio=True, bf16=False, loss_type="grpo")  # honoured
+
+
+def test_ablation_variant_fields_win_over_flags_given_to_every_run(tmp_path):
+    from pathlib import Path
+
+    from medgrpo.train.ablate import variant_argv
+    from medgrpo.train.args import DataArguments, MedModelConfig
+    from medgrpo.train.con_grpo_config import ConGRPOConfig
+    from medgrpo.train.run import parse_args
+
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes/tiny/con_grpo.yaml")
+    argv = variant_argv("gcpo", recipe, "m", "d", tmp_path, 0, None,
+                        ["--golden_injection", "false"])
+    _, args, _ = parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "test")
+    assert args.golden_injection is True
+    argv = variant_argv("baseline", recipe, "m", "d", tmp_path, 0, None,
+                        ["--golden_injection", "false"])
+    assert parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "test")[1].golden_injection is False

@@ -42,7 +42,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 """Variant name -> ConGRPOConfig fields it changes relative to the recipe."""
 
-METRICS = ("accuracy", "consistency", "evidence", "grounding_iou", "format_failure_rate")
+METRICS = ("accuracy", "consistency", "evidence", "grounding_iou", "grounding_acc50", "format_failure_rate")
 TRAIN_METRICS = ("rollouts", "train_seconds")
 
 
@@ -65,9 +65,12 @@ def variant_argv(variant: str, config: str, sft: str, dataset: str, out: Path, s
             "--seed", str(seed), "--save_strategy", "no", "--report_to", "none", "--logging_steps", "1"]
     if max_steps is not None:
         argv += ["--max_steps", str(max_steps)]
+    # The variant's fields come last, so a flag given to every run (``-- --golden_injection false``) cannot undo
+    # the one field a row is about.
+    argv += extra
     for name, value in VARIANTS[variant].items():
         argv += [f"--{name}", *_flag_values(value)]
-    return argv + extra
+    return argv
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -161,7 +164,7 @@ def _cell(cell: dict[str, Any], pct: bool) -> str:
 
 def render_markdown(table: dict[str, Any], header: dict[str, Any]) -> str:
     cols = [("accuracy", True), ("consistency", True), ("evidence", True), ("grounding_iou", True),
-            ("format_failure_rate", True), ("rollouts", False), ("train_seconds", False)]
+            ("grounding_acc50", True), ("format_failure_rate", True), ("rollouts", False), ("train_seconds", False)]
     lines = [
         f"# Con-GRPO variant ablation ({header['seeds']} seeds, {header['max_steps']} GRPO steps per run)",
         "",
@@ -225,15 +228,16 @@ def run_ablation(config: str, sft: str, dataset: str, variants: list[str], seeds
     if seeds < 1:
         raise AblationError(f"--seeds must be at least 1, got {seeds}")
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[dict[str, Any]]] = {}
-    for variant in variants:
-        for seed in range(seeds):
+    results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in variants}
+    # Seed-major: an ablation stopped part-way has every variant at the same number of seeds.
+    for seed in range(seeds):
+        for variant in variants:
             run_dir = out / "runs" / variant / f"seed{seed}"
             argv = variant_argv(variant, config, sft, dataset, run_dir, seed, max_steps, extra or [])
             print(f"medgrpo ablate: {variant} seed {seed}", file=sys.stderr, flush=True)
             figures = train_run(argv, run_dir)
             figures.update(eval_run(run_dir, dataset, run_dir / "eval", eval_limit, max_new_tokens))
-            results.setdefault(variant, []).append(figures)
+            results[variant].append(figures)
     table = summarise(results)
     header = {"config": config, "sft": sft, "dataset": dataset, "seeds": seeds, "max_steps": max_steps,
               "eval_limit": eval_limit, "command": command, "variants": {v: VARIANTS[v] for v in variants}}
