@@ -101,6 +101,9 @@ ENDOSCOPY = rec("Which imaging mode was used?", ["White-light endoscopy", "Narro
         (VESSEL, "It arises from the right ventricular outflow tract and bifurcates: the pulmonary trunk.", "B"),
         (ENDOSCOPY, "Brown superficial capillaries on teal mucosa. Impression: NBI.", "B"),
         (SEQUENCE, "Dark CSF, bright periventricular lesions: fluid-attenuated inversion recovery.", "C"),
+        # "i.e." ends no sentence and restates more exactly; what a finding tells the image apart from is rejected
+        (SEQUENCE, "Impression: T2-weighted with fluid attenuation, i.e. a FLAIR image. The dark CSF "
+                   "distinguishes it from a T2-weighted image.", "C"),
     ],
 )
 def test_synonyms_abbreviations_and_layout_name_the_option(record, think, answer):
@@ -124,6 +127,32 @@ def test_the_lexicon_tables_are_well_formed():
     assert len(variants) == len(set(variants)) >= 400
     assert not {v for v in variants if lexicon.norm_phrase(v) in lexicon.PHRASES}
     assert not set(variants) & set(lexicon.SYNONYMS)
+    # one reading is final: a name holding another row's variant ("anteroposterior view") is read in that row's
+    # form, a name holding a variant of its own is kept whole, and American compounds stay American
+    for phrase in [*lexicon.SYNONYMS, *variants, "gastroesophageal reflux", "tracheoesophageal fistula"]:
+        once = lexicon.normalize_text(phrase)
+        assert lexicon.normalize_text(once) == once, phrase
+    assert lexicon.normalize_text("gastroesophageal junction") == "gastroesophageal junction"
+    assert lexicon.normalize_text("Legg-Calve-Perthes disease").lower() == "legg-calve-perthes disease"
+    assert lexicon.normalize_text("lymphoedema") == "lymphedema"
+
+
+def test_a_concept_of_the_options_own_confirms_but_does_not_contradict():
+    """"medial compartment" names "Medial tibiofemoral" (tibiofemoral is in no table): weak evidence, enough to
+    confirm the answer, not to punish another one (it may be a description)."""
+    knee = rec("Which compartment is narrowed?", ["Medial tibiofemoral", "Lateral tibiofemoral", "Patellofemoral"],
+               task="lesion_localization")
+    think = "Near bone-on-bone contact. Conclusion: osteoarthritis predominantly of the medial compartment."
+    assert consistency(think, "A", knee) == 1.0
+    assert consistency(think, "C", knee) == 0.5
+
+
+def test_an_open_answer_is_read_as_the_reasoning_is():
+    """The free-text answer goes through the reasoning's own reading: "AP" and "anteroposterior" alike."""
+    projection = MedADRecord(id="r", images=[], question="Is this radiograph PA or AP?", options=[], answer="AP",
+                             task="modality_classification")
+    assert consistency("Scapulae over the lungs. Conclusion: anteroposterior projection.", "AP", projection) == 1.0
+    assert consistency("Conclusion: anteroposterior projection.", "AP view", projection) == 1.0
 
 
 @pytest.mark.parametrize(

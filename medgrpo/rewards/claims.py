@@ -232,6 +232,7 @@ _CUES: dict[str, str] = {
             "correction",
             "in fact",
             "instead",
+            "namely",
             "and favor",
             "and favors",
             "in favor of",
@@ -283,6 +284,14 @@ _CUES: dict[str, str] = {
             "can't see",
             "cannot see",
             "nothing",
+            # what a finding tells the image apart from is rejected: "distinguishes it from a T2-weighted image"
+            "distinguishes it from",
+            "distinguish it from",
+            "distinguishing it from",
+            "differentiates it from",
+            "differentiating it from",
+            "as opposed to",
+            "unlike",
         ),
         "neg",
     ),
@@ -812,8 +821,21 @@ _BARE_NEGATIONS = frozenset(("no", "not", "incorrect", "wrong", "unlikely", "exc
 _LABEL_WORDS = re.compile(r"[a-z]{2,}(?<!option)(?<!choice)\b")  # a label that says more than the mention
 
 
+# Latin and clinical short forms whose period ends no sentence; "i.e." restates what precedes it more exactly
+# ("T2-weighted with fluid attenuation, i.e. FLAIR"), so it reads as a revision: the clause after it decides.
+_SHORT_FORMS = re.compile(r"\b(?:(i\.\s?e)|(e\.\s?g)|(vs)|(approx)|(cf))\.(?=\s)", re.IGNORECASE)
+_SPELLED = ("namely", "for example", "versus", "approximately", "compare")
+_SHORT_HINTS = ("i.e", "e.g", "vs.", "approx.", "cf.", "I.e", "E.g", "Vs.", "Approx.", "Cf.", "i. e", "e. g")
+
+
+def _spelled(m: re.Match) -> str:
+    return _SPELLED[m.lastindex - 1]
+
+
 def _sentences(text: str) -> list[str]:
     """The sentences of a text, each with its stop; line breaks are dropped."""
+    if any(form in text for form in _SHORT_HINTS):  # substring tests cost far less than the regex on every text
+        text = _SHORT_FORMS.sub(_spelled, text)
     if "\n" not in text and "!" not in text and "?" not in text:
         parts = _PERIOD_END.split(text)
         sentences = [piece + "." for piece in parts[:-1]]

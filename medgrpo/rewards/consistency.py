@@ -44,7 +44,7 @@ from typing import NamedTuple
 from medgrpo.rewards.accuracy import normalize_answer
 from medgrpo.rewards.claims import Reading, Sentence, mention, read, read_sentence
 from medgrpo.rewards.facts import RecordFacts, YesNo, word_pattern
-from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, agree, conflict
+from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, agree, conflict, normalize_text
 
 NO_CONCLUSION = 0.5
 """Score of a reasoning that reaches no conclusion the reader can find: the midpoint, neither paid nor punished.
@@ -185,7 +185,7 @@ def by_content(sentence: Sentence, facts: RecordFacts) -> frozenset[str]:
             named.append(i)
         elif sentence.cue and (  # a word or concept of its own is weak evidence: only where a sentence concludes
             (worded_sentence and facts.option_keys[i] is not None and mention(sentence, facts.option_keys[i]) > 0)
-            or (facts.option_covered[i] and facts.option_own[i] and facts.option_own[i] <= sentence.asserted)
+            or (facts.option_own[i] and facts.option_own[i] <= sentence.asserted)
         ):
             loose.append(i)
     hits: set[str] = set()
@@ -390,7 +390,8 @@ def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
         return _CONTRADICT
     if concepts and concepts <= reading.asserted:
         return _AGREE
-    pattern = _answer_pattern(" ".join(words))
+    # the answer's words as the reasoning's are read: "AP" and "anteroposterior" alike, British as American
+    pattern = _answer_pattern(" ".join(normalize_answer(normalize_text(answer))))
     said = [mention(s, pattern) for s in reading.sentences]
     if 1 in said:
         return _AGREE

@@ -387,6 +387,25 @@ for _name, _variant in _table("synonyms.tsv"):
 module, a name and one variant per line. A variant means exactly its name (never a broader or narrower entity), is
 listed under one name only, and is not a phrase the tables above read as a concept of their own."""
 _SYNONYM_OF = {variant: name for name, variants in SYNONYMS.items() for variant in variants}
+
+
+def _name_form(name: str) -> str:
+    """A name as the other rows read it ("anteroposterior view" -> "ap view", since "anteroposterior" is read as
+    "ap"), keeping a variant of its own inside it ("perthes disease" in "legg-calve-perthes disease")."""
+    def swap(m: re.Match) -> str:
+        found = _SYNONYM_OF[m.group(1).lower()]
+        return m.group(1) if found == name else found
+
+    return _SYNONYM_WITHIN.sub(swap, name)
+
+
+_SYNONYM_WITHIN = re.compile(r"(?<![\w])(" + trie_pattern(sorted(_SYNONYM_OF)) + r")(?![\w])", re.IGNORECASE)
+_FORM = {name: _name_form(name) for name in SYNONYMS}
+# Every variant reads as its name's form, and a name reads as its form too (matched whole, the longest match, so
+# a variant inside it is not rewritten): one pass then leaves text in the form a second pass would.
+_SYNONYM_OF = {**{name: form for name, form in _FORM.items() if _SYNONYM_WITHIN.search(name)},
+               **{variant: _FORM[name] for variant, name in _SYNONYM_OF.items()}}
+del _SYNONYM_WITHIN
 _SYNONYM = re.compile(r"(?<![\w])(" + trie_pattern(sorted(_SYNONYM_OF)) + r")(?![\w])", re.IGNORECASE)
 # the same on lower-cased text with a leading non-word character: the regex engine then jumps between candidate
 # positions (half the cost of the case-blind pattern), so most text, which holds no synonym, is passed cheaply
@@ -398,8 +417,14 @@ def _synonym(m: re.Match) -> str:
     return _SYNONYM_OF[m.group(1).lower()]
 
 
+# American compounds whose combining vowel runs into the next word's "e" ("gastr-o-esophageal"): not British
+_COMBINING_O = ("gastr", "trache", "pharyng", "laryng", "cardi", "bronch", "duoden")
+
+
 def _american(m: re.Match) -> str:
     word = m.group(0)
+    if word[:2].lower() == "oe" and m.string[max(0, m.start() - 7) : m.start()].lower().endswith(_COMBINING_O):
+        return word
     out = _AMERICAN[word.lower()]
     return out.capitalize() if word[0].isupper() else out
 
