@@ -389,23 +389,23 @@ listed under one name only, and is not a phrase the tables above read as a conce
 _SYNONYM_OF = {variant: name for name, variants in SYNONYMS.items() for variant in variants}
 
 
-def _name_form(name: str) -> str:
-    """A name as the other rows read it ("anteroposterior view" -> "ap view", since "anteroposterior" is read as
-    "ap"), keeping a variant of its own inside it ("perthes disease" in "legg-calve-perthes disease")."""
-    def swap(m: re.Match) -> str:
-        found = _SYNONYM_OF[m.group(1).lower()]
+def _names_holding_variants(synonym_of: dict[str, str]) -> dict[str, str]:
+    """The names that hold a variant, each as the other rows read it ("anteroposterior view" -> "ap view", since
+    "anteroposterior" is read as "ap"), keeping a variant of its own inside it ("perthes disease" in
+    "legg-calve-perthes disease")."""
+    within = re.compile(r"(?<![\w])(" + trie_pattern(sorted(synonym_of)) + r")(?![\w])", re.IGNORECASE)
+
+    def form(m: re.Match, name: str) -> str:
+        found = synonym_of[m.group(1).lower()]
         return m.group(1) if found == name else found
 
-    return _SYNONYM_WITHIN.sub(swap, name)
+    return {name: within.sub(lambda m, n=name: form(m, n), name) for name in SYNONYMS if within.search(name)}
 
 
-_SYNONYM_WITHIN = re.compile(r"(?<![\w])(" + trie_pattern(sorted(_SYNONYM_OF)) + r")(?![\w])", re.IGNORECASE)
-_FORM = {name: _name_form(name) for name in SYNONYMS}
-# Every variant reads as its name's form, and a name reads as its form too (matched whole, the longest match, so
-# a variant inside it is not rewritten): one pass then leaves text in the form a second pass would.
-_SYNONYM_OF = {**{name: form for name, form in _FORM.items() if _SYNONYM_WITHIN.search(name)},
-               **{variant: _FORM[name] for variant, name in _SYNONYM_OF.items()}}
-del _SYNONYM_WITHIN
+_HOLDING = _names_holding_variants(_SYNONYM_OF)
+# Every variant reads as its name's form, and a name that holds a variant reads as its form too (matched whole,
+# the longest match, so the variant inside it is not rewritten): one pass leaves text as a second pass would.
+_SYNONYM_OF = {**_HOLDING, **{variant: _HOLDING.get(name, name) for variant, name in _SYNONYM_OF.items()}}
 _SYNONYM = re.compile(r"(?<![\w])(" + trie_pattern(sorted(_SYNONYM_OF)) + r")(?![\w])", re.IGNORECASE)
 # the same on lower-cased text with a leading non-word character: the regex engine then jumps between candidate
 # positions (half the cost of the case-blind pattern), so most text, which holds no synonym, is passed cheaply
