@@ -153,6 +153,18 @@ def test_an_open_answer_is_read_as_the_reasoning_is():
                              task="modality_classification")
     assert consistency("Scapulae over the lungs. Conclusion: anteroposterior projection.", "AP", projection) == 1.0
     assert consistency("Conclusion: anteroposterior projection.", "AP view", projection) == 1.0
+    wrist = MedADRecord(id="r", images=[], question="What abnormality is seen?", options=[], answer="distal radius "
+                        "fracture", task="anomaly_detection")
+    # its words in another order; denied, they contradict
+    assert consistency("So the answer is a fracture of the distal radius.", "distal radius fracture", wrist) == 1.0
+    assert consistency("There is no fracture of the distal radius.", "distal radius fracture", wrist) == 0.0
+    # an answer its concepts do not say whole ({left, chest} for "left pulmonary artery") must be written
+    vessel = MedADRecord(id="r", images=[], question="Which structure is marked?", options=[], answer="aortic knob",
+                         task="anatomy_identification")
+    assert consistency("A rounded contour at the upper left chest.", "left pulmonary artery", vessel) == 0.5
+    # named, then the reasoning says it cannot decide: no conclusion
+    think = "That could be the thyroid gland. Or the jugular vein. I really can't decide which."
+    assert consistency(think, "thyroid gland", vessel) == 0.5
 
 
 @pytest.mark.parametrize(

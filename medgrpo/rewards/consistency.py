@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from medgrpo.rewards.accuracy import normalize_answer
 from medgrpo.rewards.claims import Reading, Sentence, mention, read, read_sentence
-from medgrpo.rewards.facts import RecordFacts, YesNo, word_pattern
+from medgrpo.rewards.facts import RecordFacts, YesNo, said_by_concepts, word_pattern
 from medgrpo.rewards.lexicon import CATEGORY, IMPLIED, agree, conflict, normalize_text
 
 NO_CONCLUSION = 0.5
@@ -388,14 +388,38 @@ def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
     concepts = read(answer).asserted
     if concepts and concepts <= reading.denied and not concepts <= reading.asserted:
         return _CONTRADICT
-    if concepts and concepts <= reading.asserted:
-        return _AGREE
     # the answer's words as the reasoning's are read: "AP" and "anteroposterior" alike, British as American
     pattern = _answer_pattern(" ".join(normalize_answer(normalize_text(answer))))
-    said = [mention(s, pattern) for s in reading.sentences]
+    if said_by_concepts(answer, concepts):  # its concepts say all it says: read through the lexicon
+        said = [1 if concepts <= s.asserted else 0 for s in reading.sentences]
+    else:  # "left pulmonary artery" is more than {left, chest}: its words must be written
+        words = _content_words(answer)
+        said = [mention(s, pattern) or _all_words(s, words) for s in reading.sentences]
     if 1 in said:
+        # the answer named only before a concluding sentence that names it not ("... just above the pulmonary
+        # artery. Therefore, the aortic knuckle."), or before the reasoning says it cannot decide: not its
+        # conclusion
+        last = len(said) - 1 - said[::-1].index(1)
+        if any(s.undecided or (s.cue and (s.asserted or s.letters)) for s in reading.sentences[last + 1 :]):
+            return _NO_CONCLUSION
         return _AGREE
     return _CONTRADICT if -1 in said else _NO_CONCLUSION
+
+
+@lru_cache(maxsize=1 << 12)
+def _content_words(answer: str) -> tuple[re.Pattern[str], ...]:
+    """Each content word of a free-text answer of two or more of them, as its own pattern."""
+    words = [w for w in normalize_answer(normalize_text(answer)) if len(w) > 2 and w not in ("and", "the", "with")]
+    return tuple(p for p in map(word_pattern, ([w] for w in words)) if p is not None) if len(words) > 1 else ()
+
+
+def _all_words(sentence: Sentence, words: tuple[re.Pattern[str], ...]) -> int:
+    """1 when the sentence asserts every word of ``words`` in any order ("a fracture of the distal radius" for
+    "distal radius fracture"), -1 when it denies one of them and asserts the rest, else 0."""
+    if not words:
+        return 0
+    said = [mention(sentence, w) for w in words]
+    return 0 if 0 in said else (-1 if -1 in said else 1)
 
 
 @lru_cache(maxsize=1 << 12)

@@ -347,10 +347,7 @@ def _facts(key: str) -> RecordFacts:
         option_own=tuple(
             c - stated - frozenset().union(*concepts[:i], *concepts[i + 1 :]) for i, c in enumerate(concepts)
         ),
-        option_covered=tuple(
-            bool(c) and all(w in _PLAIN or any(w in p.split() for p in _phrases(c)) for w in ws)
-            for c, ws in zip(concepts, words, strict=True)
-        ),
+        option_covered=tuple(said_by_concepts(o, c) for o, c in zip(options, concepts, strict=True)),
         option_any=_any_word(words),
         yes_no=yes_no,
         question_low=question.lower(),
@@ -371,6 +368,14 @@ def _facts(key: str) -> RecordFacts:
 def _phrases(concepts: frozenset[str]) -> tuple[str, ...]:
     """The lexicon's surface phrases of ``concepts``."""
     return tuple(p for p, c in PHRASES.items() if c in concepts)
+
+
+@lru_cache(maxsize=1 << 12)
+def said_by_concepts(text: str, concepts: frozenset[str]) -> bool:
+    """``concepts`` (what the lexicon reads in ``text``) say all ``text`` says: each of its words is plain or part
+    of one of their phrases ("Left upper quadrant"; not "Left pulmonary artery", read only as {left, chest})."""
+    return bool(concepts) and all(
+        w in _PLAIN or any(w in p.split() for p in _phrases(concepts)) for w in _option_words(text))
 
 
 def facts_of(record: MedADRecord) -> RecordFacts:
