@@ -137,6 +137,32 @@ def test_the_lexicon_tables_are_well_formed():
     assert lexicon.normalize_text("lymphoedema") == "lymphedema"
 
 
+def test_a_lesions_nature_neighbours_it_rejects_and_what_another_entity_would_do():
+    benign = rec("Is this skin lesion benign?", ["Yes", "No"], "B")
+    malignant = rec("Is this lesion malignant?", ["Yes", "No"])
+    think = "Asymmetric, three colours, blue-white veil, irregular streaks: melanoma."
+    assert consistency(think, "No", benign) == 1.0 and consistency(think, "Yes", benign) == 0.0
+    assert consistency(think, "Yes", malignant) == 1.0 and consistency(think, "No", malignant) == 0.0
+    assert consistency("Regular network, symmetric: a benign naevus.", "No", malignant) == 1.0
+    assert consistency("Regular network, symmetric: a benign naevus.", "Yes", malignant) == 0.0
+    neck = rec("Which structure is marked?", ["Thyroid gland", "Common carotid artery", "Internal jugular vein",
+                                              "Trachea"], "B", "anatomy_identification")
+    think = ("The lateral vessel is the internal jugular vein, and the trachea is midline, so neither of those is "
+             "the target. The marked vessel is the common carotid artery. The answer is B.")
+    assert consistency(think, "B", neck) == 1.0
+    lobe = rec("Which lobe?", ["Right upper lobe", "Right middle lobe", "Right lower lobe"], "B", "lesion_localization")
+    think = ("Loss of the right heart border means the opacity is in the right middle lobe. A right lower lobe "
+             "process would obscure the hemidiaphragm instead. The answer is B.")
+    assert consistency(think, "B", lobe) == 1.0
+
+
+def test_saying_the_options_cannot_be_separated_concludes_nothing():
+    vessel = rec("Which artery?", ["Left anterior descending", "Left circumflex", "Right coronary artery"], "C",
+                 "anatomy_identification")
+    think = "The C-shape suggests the RCA. So it is either the RCA or the circumflex; without the angle I can't separate them."
+    assert consistency(think, "C", vessel) == 0.5
+
+
 def test_a_concept_of_the_options_own_confirms_but_does_not_contradict():
     """"medial compartment" names "Medial tibiofemoral" (tibiofemoral is in no table): weak evidence, enough to
     confirm the answer, not to punish another one (it may be a description)."""
@@ -257,8 +283,8 @@ def test_a_committed_conclusion_scores_above_a_hedge(options, data):
 
 def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
     """A guard on the tuned half (the README quotes the untouched test half): consistency agrees with the
-    labels on at least 89.5% of the items, pays at most 9 inconsistent completions in full, and scores at most 7
-    consistent ones below 0.5 (measured: 91.1%, 8, 4 of 448)."""
+    labels on at least 90.5% of the items, pays at most 11 inconsistent completions in full, and scores at most 6
+    consistent ones below 0.5 (measured: 91.2%, 9, 4 of 560)."""
     rows = [json.loads(line) for line in (SET_DIR / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
     agree = below = paid_wrong = 0
     for row in rows:
@@ -268,5 +294,5 @@ def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
         agree += (score == 1.0) == row["consistent"]
         below += row["consistent"] and score < 0.5
         paid_wrong += score == 1.0 and not row["consistent"]
-    assert len(rows) >= 448
-    assert agree >= 0.895 * len(rows) and below <= 7 and paid_wrong <= 9
+    assert len(rows) >= 560
+    assert agree >= 0.905 * len(rows) and below <= 6 and paid_wrong <= 11

@@ -125,6 +125,8 @@ def stance(sentence: Sentence, yes_no: YesNo) -> str:
                 said = "no"
     if not said and yes_no.words is not None:
         said = _SAID[mention(sentence, yes_no.words)]
+    if not said and yes_no.opposite is not None:  # "is it benign?" ... "melanoma": no; "no malignancy": yes
+        said = _SAID[-mention(sentence, yes_no.opposite)]
     if yes_no.inverted and said and not sentence.says:
         said = "no" if said == "yes" else "yes"
     return said

@@ -122,6 +122,24 @@ def _keys(words: tuple[str, ...], others: tuple[tuple[str, ...], ...], asked: fr
     return re.compile(r"(?<![\w])(?:" + "|".join(re.escape(w) for w in own) + r")(?![\w])")
 
 
+NATURE: dict[str, tuple[str, ...]] = {
+    "benign": ("benign", "non malignant", "nonmalignant"),
+    "malignant": (
+        "malignant", "malignancy", "cancer", "carcinoma", "adenocarcinoma", "sarcoma", "melanoma", "lymphoma",
+        "leukemia", "metastasis", "metastases", "metastatic", "mesothelioma", "glioblastoma", "myeloma",
+        "invasive carcinoma", "neoplastic malignant",
+    ),
+}
+"""What a lesion's nature is called: a question asking one ("is the lesion malignant?") is answered "Yes" by its
+words ("... melanoma") and "No" by the other's ("benign")."""
+_OTHER_NATURE = {"benign": "malignant", "malignant": "benign"}
+
+
+def word_pattern_any(phrases: tuple[str, ...]) -> re.Pattern[str]:
+    """Any of ``phrases``, each as :func:`word_pattern` reads it."""
+    return re.compile("|".join(p.pattern for p in (word_pattern(ph.split()) for ph in phrases) if p is not None))
+
+
 @dataclass(frozen=True)
 class YesNo:
     """What "Yes" claims for a yes/no question: the concepts the question asks about (``head``: "is there a
@@ -135,6 +153,7 @@ class YesNo:
     where: frozenset[str]
     words: re.Pattern[str] | None
     inverted: bool = False  # the question asks for an absence ("is the liver free of lesions?"): a finding is "No"
+    opposite: re.Pattern[str] | None = None  # words that answer "No" when asserted ("melanoma" to "is it benign?")
 
 
 _ASKS = re.compile(
@@ -195,6 +214,10 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
     unread = [subject_words[i] for i in unread]
     if "clear" in unread:  # "are the lungs clear?" asks whether they are normal
         by_cat.setdefault("normal", set()).add("normal")
+    nature = next((n for n in NATURE if n in unread), None)
+    if nature:  # "is the lesion benign?", "is the mass malignant?": what it is, not whether it is there
+        return YesNo(yes, no, frozenset(), frozenset(), word_pattern_any(NATURE[nature]),
+                     opposite=word_pattern_any(NATURE[_OTHER_NATURE[nature]]))
     for cats in (("normal",), ("finding",), ("generic",), ("laterality", "location"), ("modality",), ("anatomy",)):
         head = frozenset(c for cat in cats for c in by_cat.get(cat, ()))
         if not head:
