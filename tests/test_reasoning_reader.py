@@ -145,6 +145,15 @@ def test_a_lesions_nature_neighbours_it_rejects_and_what_another_entity_would_do
     assert consistency(think, "Yes", malignant) == 1.0 and consistency(think, "No", malignant) == 0.0
     assert consistency("Regular network, symmetric: a benign naevus.", "No", malignant) == 1.0
     assert consistency("Regular network, symmetric: a benign naevus.", "Yes", malignant) == 0.0
+    # a predicate's opposite answers "No"; "LVEF" does not make the question one about the left side
+    tube = rec("Is the endotracheal tube correctly positioned?", ["Yes", "No"], "B")
+    assert consistency("No PTX. Impression: malpositioned ETT in the right main bronchus.", "No", tube) == 1.0
+    fovea = rec("Is the foveal contour preserved in this OCT scan?", ["Yes", "No"], "B")
+    assert consistency("Foveal depression lost; central thickening with cysts.", "No", fovea) == 1.0
+    ef = rec("Is the left ventricular ejection fraction reduced?", ["Yes", "No"])
+    think = "The right walls look fine. So systolic function is impaired: LVEF is reduced."
+    assert consistency(think, "Yes", ef) == 1.0 and consistency(think, "No", ef) == 0.0
+    assert consistency("The arrow is on the aortic arch. Yes.", "Yes", rec("Is it the aortic knob?", ["Yes", "No"])) == 1.0
     neck = rec("Which structure is marked?", ["Thyroid gland", "Common carotid artery", "Internal jugular vein",
                                               "Trachea"], "B", "anatomy_identification")
     think = ("The lateral vessel is the internal jugular vein, and the trachea is midline, so neither of those is "
@@ -283,8 +292,8 @@ def test_a_committed_conclusion_scores_above_a_hedge(options, data):
 
 def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
     """A guard on the tuned half (the README quotes the untouched test half): consistency agrees with the
-    labels on at least 90.5% of the items, pays at most 11 inconsistent completions in full, and scores at most 6
-    consistent ones below 0.5 (measured: 91.2%, 9, 4 of 560)."""
+    labels on at least 91% of the items, pays at most 10 inconsistent completions in full, and scores at most 6
+    consistent ones below 0.5 (measured: 92.0%, 8, 4 of 560)."""
     rows = [json.loads(line) for line in (SET_DIR / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
     agree = below = paid_wrong = 0
     for row in rows:
@@ -295,4 +304,4 @@ def test_the_dev_half_of_the_labelled_set_reads_as_its_reader_labelled_it():
         below += row["consistent"] and score < 0.5
         paid_wrong += score == 1.0 and not row["consistent"]
     assert len(rows) >= 560
-    assert agree >= 0.905 * len(rows) and below <= 6 and paid_wrong <= 11
+    assert agree >= 0.91 * len(rows) and below <= 6 and paid_wrong <= 10

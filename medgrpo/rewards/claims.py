@@ -622,7 +622,8 @@ def read_sentence(text: str) -> Sentence | None:
     hyp = text.rstrip().endswith("?")  # "Is there a mass?" asks; it does not claim
     if not words and not marks:  # nothing of interest (common): no clause bookkeeping
         return Sentence(
-            "" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, (), "",
+            "" if hyp else low, _NO_SET, _NO_SET, _NO_SET, _NO_SET, False, 0, _NO_SET, _NO_SET, False, (),
+            _says(low) if "yes" in low and not hyp else "",  # a bare "Yes." holds no word of interest
             _HEAD.match(low) is not None,
             False,
         )

@@ -122,17 +122,27 @@ def _keys(words: tuple[str, ...], others: tuple[tuple[str, ...], ...], asked: fr
     return re.compile(r"(?<![\w])(?:" + "|".join(re.escape(w) for w in own) + r")(?![\w])")
 
 
-NATURE: dict[str, tuple[str, ...]] = {
-    "benign": ("benign", "non malignant", "nonmalignant"),
-    "malignant": (
-        "malignant", "malignancy", "cancer", "carcinoma", "adenocarcinoma", "sarcoma", "melanoma", "lymphoma",
-        "leukemia", "metastasis", "metastases", "metastatic", "mesothelioma", "glioblastoma", "myeloma",
-        "invasive carcinoma", "neoplastic malignant",
-    ),
+PREDICATES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "benign": (("benign", "non malignant", "nonmalignant"), ("malignant", "malignancy", "cancer", "carcinoma",
+               "adenocarcinoma", "sarcoma", "melanoma", "lymphoma", "leukemia", "metastasis", "metastases",
+               "metastatic", "mesothelioma", "glioblastoma", "myeloma")),
+    "malignant": (("malignant", "malignancy", "cancer", "carcinoma", "adenocarcinoma", "sarcoma", "melanoma",
+                   "lymphoma", "leukemia", "metastasis", "metastases", "metastatic", "mesothelioma", "glioblastoma",
+                   "myeloma"), ("benign", "non malignant", "nonmalignant")),
+    "preserved": (("preserved", "maintained", "intact"), ("lost", "loss of", "effaced", "effacement", "obliterated",
+                  "blunted", "disrupted", "distorted")),
+    "intact": (("intact", "continuous"), ("disrupted", "disruption", "torn", "tear", "ruptured", "rupture",
+               "discontinuous", "discontinuity")),
+    "patent": (("patent", "patency"), ("occluded", "occlusion", "thrombosed", "blocked", "obstructed")),
+    "reduced": (("reduced", "decreased", "impaired", "depressed"), ("preserved",)),
+    "positioned": (("correctly positioned", "appropriately positioned", "well positioned", "satisfactory position",
+                    "good position", "in position"), ("malpositioned", "malposition", "misplaced", "too low",
+                   "too high", "too deep", "too far")),
+    "symmetric": (("symmetric", "symmetrical"), ("asymmetric", "asymmetrical", "asymmetry")),
 }
-"""What a lesion's nature is called: a question asking one ("is the lesion malignant?") is answered "Yes" by its
-words ("... melanoma") and "No" by the other's ("benign")."""
-_OTHER_NATURE = {"benign": "malignant", "malignant": "benign"}
+"""Predicates a yes/no question asks of its subject, each with its words and its opposite's: "is the lesion
+benign?" is answered "No" by "... melanoma", "is the foveal contour preserved?" by "foveal depression lost",
+"is the tube correctly positioned?" by "malpositioned ETT"."""
 
 
 def word_pattern_any(phrases: tuple[str, ...]) -> re.Pattern[str]:
@@ -214,10 +224,10 @@ def _yes_no(question: str, options: tuple[str, ...]) -> YesNo | None:
     unread = [subject_words[i] for i in unread]
     if "clear" in unread:  # "are the lungs clear?" asks whether they are normal
         by_cat.setdefault("normal", set()).add("normal")
-    nature = next((n for n in NATURE if n in unread), None)
-    if nature:  # "is the lesion benign?", "is the mass malignant?": what it is, not whether it is there
-        return YesNo(yes, no, frozenset(), frozenset(), word_pattern_any(NATURE[nature]),
-                     opposite=word_pattern_any(NATURE[_OTHER_NATURE[nature]]))
+    predicate = next((p for p in PREDICATES if p in unread), None)
+    if predicate:  # "is the lesion benign?", "is the EF reduced?": what it is, not whether it is there
+        said, opposite = PREDICATES[predicate]
+        return YesNo(yes, no, frozenset(), frozenset(), word_pattern_any(said), opposite=word_pattern_any(opposite))
     for cats in (("normal",), ("finding",), ("generic",), ("laterality", "location"), ("modality",), ("anatomy",)):
         head = frozenset(c for cat in cats for c in by_cat.get(cat, ()))
         if not head:
