@@ -6,8 +6,9 @@
 Sections (``--only``):
 
 * ``trainer``: ConGRPOTrainer (the recipe's five rewards) against plain ``trl.GRPOTrainer`` (format + accuracy),
-  and ConGRPOTrainer with the same two rewards, on the same model, data and seed; runs interleaved so that
-  machine load hits all of them alike; the median over repeats of the per-repeat ratio of median step times.
+  and ConGRPOTrainer with the same two rewards, on the same model, data and seed; stepped in turn, one step each
+  per round, so that machine load hits all of them alike; the median over rounds of the per-round step-time
+  ratio, with a bootstrap 95% interval.
   Also the share of a Con-GRPO step spent computing rewards and advantages.
 * ``rewards``: the rule reward stack's throughput (eval/bench_rewards.py's measurement).
 * ``images``: PNG, DICOM and cached image pipeline throughput (eval/bench_images.py's measurement).
@@ -65,7 +66,7 @@ class Setup:
     synth: Path
     quick: bool
     preset: str
-    repeats: int = 24
+    repeats: int = 240
     _dataset: object = None
     _processor: object = None
 
@@ -101,14 +102,12 @@ def _cpu_step_times(trainer) -> list[float]:
     return times
 
 
-def grpo_run(setup: Setup, kind: str, steps: int, generations: int = 4, length: int = 32,
-             on_step: Callable[[], None] | None = None) -> dict[str, list[float] | float]:
-    """Train ``steps`` steps; returns per-step CPU seconds and, for Con-GRPO, reward/advantage CPU seconds.
+def make_trainer(setup: Setup, kind: str, steps: int, generations: int = 4, length: int = 32):
+    """A trainer on a freshly loaded model, the same data and seed.
 
     kind: ``con`` (ConGRPOTrainer, the recipe's rewards), ``con2`` (ConGRPOTrainer, format + accuracy) or
     ``trl`` (trl.GRPOTrainer, format + accuracy).
     """
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from medgrpo.models.loading import load_model
@@ -125,42 +124,55 @@ def grpo_run(setup: Setup, kind: str, steps: int, generations: int = 4, length: 
     model = load_model(setup.model, dtype="float32")
     two = ["format", "accuracy"]
     if kind == "trl":
-        trainer = GRPOTrainer(model=model, reward_funcs=build_reward_funcs(two), args=GRPOConfig(**common),
-                              train_dataset=dataset, processing_class=processor)
-    else:
-        config = ConGRPOConfig(**common) if kind == "con" else ConGRPOConfig(
-            **common, reward_funcs=two, reward_weights=[1.0, 1.0])
-        trainer = con_grpo_trainer.ConGRPOTrainer(model=model, args=config, train_dataset=dataset,
-                                                  processing_class=processor)
+        return GRPOTrainer(model=model, reward_funcs=build_reward_funcs(two), args=GRPOConfig(**common),
+                           train_dataset=dataset, processing_class=processor)
+    config = ConGRPOConfig(**common) if kind == "con" else ConGRPOConfig(
+        **common, reward_funcs=two, reward_weights=[1.0, 1.0])
+    return con_grpo_trainer.ConGRPOTrainer(model=model, args=config, train_dataset=dataset,
+                                           processing_class=processor)
+
+
+def grpo_run(setup: Setup, kind: str, steps: int, generations: int = 4, length: int = 32,
+             on_step: Callable[[], None] | None = None) -> list[float]:
+    """Train ``steps`` steps with :func:`make_trainer`'s ``kind``; returns each step's CPU seconds."""
+    from transformers import TrainerCallback
+
+    trainer = make_trainer(setup, kind, steps, generations, length)
     times = _cpu_step_times(trainer)
-    spent = {"rewards": 0.0, "advantages": 0.0}
-    real_rewards = trainer._calculate_rewards
-    real_advantages = con_grpo_trainer.compute_advantages
-
-    def timed(key: str, func: Callable) -> Callable:
-        def call(*args, **kwargs):
-            start = time.process_time()
-            try:
-                return func(*args, **kwargs)
-            finally:
-                spent[key] += time.process_time() - start
-
-        return call
-
-    trainer._calculate_rewards = timed("rewards", real_rewards)
-    con_grpo_trainer.compute_advantages = timed("advantages", real_advantages)
     if on_step is not None:
         class Probe(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):
                 on_step()
 
         trainer.add_callback(Probe())
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints every log dict
-            trainer.train()
-    finally:
-        con_grpo_trainer.compute_advantages = real_advantages
-    return {"times": times, **spent}
+    with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints every log dict
+        trainer.train()
+    return times
+
+
+class _Stepper:
+    """One trainer driven a step at a time through ``training_step`` (generation, rewards, advantages, loss,
+    backward: everything ConGRPOTrainer overrides). The optimizer step and the Trainer's loop around it are the
+    same code for both trainers and are left out; no weights change, so every step does the same work."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # what the Trainer's loop sets before each step
+        self.batches = iter(())
+
+    def step(self) -> float:
+        """One training step's CPU seconds of this process."""
+        inputs = next(self.batches, None)
+        if inputs is None:
+            self.batches = iter(self.trainer.get_train_dataloader())
+            inputs = next(self.batches)
+        start = time.process_time()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.trainer.training_step(self.trainer.model, inputs, None)
+        spent = time.process_time() - start
+        self.trainer.model.zero_grad(set_to_none=True)
+        return spent
 
 
 def _steady(times: list[float]) -> float:
@@ -177,38 +189,61 @@ def median_interval(values: list[float], n_boot: int = 4000, seed: int = 0) -> t
 
 
 def bench_trainer(setup: Setup) -> list[Row]:
-    """The trainer's own overhead: ConGRPOTrainer against ``trl.GRPOTrainer`` with the same two rewards, runs of
-    ``steps`` steps interleaved (the order alternating), each run's median step time without its first step, the
-    ratio of each adjacent pair; the median ratio with a bootstrap 95% interval over the pairs."""
-    repeats, steps = (2, 4) if setup.quick else (setup.repeats, 8)
-    steady: dict[str, list[float]] = {"con": [], "con2": [], "trl": []}
-    shares = {"rewards": [], "advantages": []}
-    for r in range(repeats):
-        order = ["con", "con2", "trl"] if r % 2 == 0 else ["trl", "con2", "con"]
-        for kind in order:
-            result = grpo_run(setup, kind, steps)
-            steady[kind].append(_steady(result["times"]))
-            if kind == "con":
-                total = sum(result["times"])
-                shares["rewards"].append(result["rewards"] / total)
-                shares["advantages"].append(result["advantages"] / total)
-    ratios = [c / t for c, t in zip(steady["con"], steady["trl"], strict=True)]
-    ratios2 = [c / t for c, t in zip(steady["con2"], steady["trl"], strict=True)]
+    """The trainer's own overhead: ConGRPOTrainer against ``trl.GRPOTrainer`` with the same two rewards (and
+    with the recipe's five), each built once, stepped in turn (the order rotating every round, so load and
+    cache state hit all alike); per round the ratio of the two step times; the median ratio with a bootstrap 95%
+    interval over the rounds. Whole runs timed one after another differ by more than their steps do (single runs
+    gave 0.74-1.39), which hid a few percent; pairing adjacent steps of trainers that are both warm does not."""
+    from medgrpo.train import con_grpo_trainer
+
+    rounds = 6 if setup.quick else setup.repeats
+    kinds = ("con", "con2", "trl")
+    steppers = {kind: _Stepper(make_trainer(setup, kind, 1)) for kind in kinds}
+    spent = {"rewards": 0.0, "advantages": 0.0}
+    con = steppers["con"].trainer
+    real_rewards, real_advantages = con._calculate_rewards, con_grpo_trainer.compute_advantages
+
+    def timed(key: str, func: Callable) -> Callable:
+        def call(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                spent[key] += time.process_time() - start
+
+        return call
+
+    con._calculate_rewards = timed("rewards", real_rewards)
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    try:
+        con_grpo_trainer.compute_advantages = timed("advantages", real_advantages)
+        for kind in kinds:  # warm-up: lazy imports, first allocations, the first batch's caches
+            for _ in range(2):
+                steppers[kind].step()
+        spent.update(rewards=0.0, advantages=0.0)
+        for r in range(rounds):
+            for kind in kinds[r % 3:] + kinds[: r % 3]:
+                times[kind].append(steppers[kind].step())
+    finally:
+        con_grpo_trainer.compute_advantages = real_advantages
+    ratios = [c / t for c, t in zip(times["con"], times["trl"], strict=True)]
+    ratios2 = [c / t for c, t in zip(times["con2"], times["trl"], strict=True)]
     ratio, ratio2 = median_interval(ratios), median_interval(ratios2)
-    shape = f"{setup.preset} qwen2_5_vl, 2 prompts x 4 gen x 32 tok, {repeats} interleaved repeats of {steps} steps"
+    shape = f"{setup.preset} qwen2_5_vl, 2 prompts x 4 gen x 32 tok, {rounds} rounds of one step each"
+    con_total = sum(times["con"])
     return [
         Row(f"ConGRPOTrainer (5 rewards) / trl.GRPOTrainer (format+accuracy) step time ({shape})",
-            f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}] ({statistics.median(steady['con']):.3f} s / "
-            f"{statistics.median(steady['trl']):.3f} s)",
+            f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}] ({statistics.median(times['con']):.3f} s / "
+            f"{statistics.median(times['trl']):.3f} s)",
             "", "trainer"),
         Row("ConGRPOTrainer / trl.GRPOTrainer, both format+accuracy (trainer machinery alone), median with a "
-            "bootstrap 95% interval over the repeats",
-            f"{ratio2[0]:.3f} [{ratio2[1]:.3f}, {ratio2[2]:.3f}], repeats {min(ratios2):.2f}-{max(ratios2):.2f}",
+            "bootstrap 95% interval over the rounds",
+            f"{ratio2[0]:.3f} [{ratio2[1]:.3f}, {ratio2[2]:.3f}], single rounds {min(ratios2):.2f}-{max(ratios2):.2f}",
             "<= 1.03, interval within +-0.02", "trainer"),
-        Row("share of a Con-GRPO step computing the five rewards",
-            f"{statistics.median(shares['rewards']):.1%}", "", "trainer"),
-        Row("share of a Con-GRPO step computing advantages",
-            f"{statistics.median(shares['advantages']):.2%}", "", "trainer"),
+        Row("share of a Con-GRPO step computing the five rewards", f"{spent['rewards'] / con_total:.1%}", "",
+            "trainer"),
+        Row("share of a Con-GRPO step computing advantages", f"{spent['advantages'] / con_total:.2%}", "",
+            "trainer"),
     ]
 
 
@@ -283,8 +318,8 @@ def _exponent(xs: list[int], ys: list[float]) -> float:
 def bench_scaling(setup: Setup) -> list[Row]:
     steps = 3 if setup.quick else 5
     gens, lengths = [2, 4, 8, 16], [32, 64, 128]
-    by_gen = [_steady(grpo_run(setup, "con", steps, generations=g)["times"]) for g in gens]
-    by_len = [_steady(grpo_run(setup, "con", steps, length=n)["times"]) for n in lengths]
+    by_gen = [_steady(grpo_run(setup, "con", steps, generations=g)) for g in gens]
+    by_len = [_steady(grpo_run(setup, "con", steps, length=n)) for n in lengths]
     fmt = " / ".join
     return [Row(f"Con-GRPO step vs num_generations {gens} (2 prompts/step, 32 tok): exponent",
                 f"{_exponent(gens, by_gen):.2f} ({fmt(f'{t:.2f}' for t in by_gen)} s)", "~1 (linear)", "scaling"),
@@ -351,9 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats and steps (a smoke run)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}")
     parser.add_argument("--preset", default="ci", choices=["ci", "demo"], help="tiny model size for training rows")
-    parser.add_argument("--repeats", type=int, default=24,
-                        help="interleaved trainer repeats (24 kept the ratio's 95%% interval within +-0.02 on a "
-                             "quiet 2-core host)")
+    parser.add_argument("--repeats", type=int, default=240,
+                        help="trainer section: rounds of one step per trainer (240 keep the ratio's 95%% interval "
+                             "within +-0.02 on a 2-core host)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the table here (default: eval/results/bench.md on a full run, nowhere otherwise)")
     args = parser.parse_args(argv)

@@ -245,6 +245,10 @@ def test_ablation_runner_table_and_reuse(tiny_model_dirs, synth_dir, tmp_path, c
         assert row["accuracy"]["n"] == 2 and len(row["accuracy"]["seeds"]) == 2
         assert row["rollouts"]["mean"] == 4  # one step of 2 prompts x 2 generations; gold injection adds none
     assert "delta" in table["gcpo"]["accuracy"] and "delta" not in table["baseline"]["accuracy"]
+    # accuracy is compared record by record with the same seed's baseline (an interval), rollouts by their means
+    assert table["gcpo"]["accuracy"]["ci_low"] <= table["gcpo"]["accuracy"]["delta"] <= table["gcpo"]["accuracy"][
+        "ci_high"]
+    assert "ci_low" not in table["gcpo"]["rollouts"] and "delta_se" in table["gcpo"]["rollouts"]
     markdown = (tmp_path / "ab" / "ablation.md").read_text()
     assert "| gcpo | golden_injection=True |" in markdown and "medgrpo ablate --config" in markdown
     assert (tmp_path / "ab" / "learning_curves.png").stat().st_size > 0
@@ -252,6 +256,14 @@ def test_ablation_runner_table_and_reuse(tiny_model_dirs, synth_dir, tmp_path, c
     stamp = (tmp_path / "ab/runs/gcpo/seed1/ablate_train.json").stat().st_mtime_ns
     assert main(argv) == 0
     assert (tmp_path / "ab/runs/gcpo/seed1/ablate_train.json").stat().st_mtime_ns == stamp
+    # an ablation under way: --finished-only tabulates what finished and trains nothing
+    import shutil
+
+    shutil.rmtree(tmp_path / "ab/runs/gcpo/seed1")
+    assert main([*argv[: argv.index("--")], "--finished-only"]) == 0
+    table = json.loads((tmp_path / "ab" / "ablation.json").read_text())["table"]
+    assert table["gcpo"]["accuracy"]["n"] == 1 and table["baseline"]["accuracy"]["n"] == 2
+    assert not (tmp_path / "ab/runs/gcpo/seed1").exists()
 
 
 def test_ablation_runner_bad_request_is_one_line(tmp_path, capsys):

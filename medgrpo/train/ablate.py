@@ -6,9 +6,11 @@ split, summarised as a table (markdown + JSON) and a learning-curve PNG.
 
 Each variant is a named set of :class:`~medgrpo.train.con_grpo_config.ConGRPOConfig` fields (:data:`VARIANTS`), so a
 row of the table differs from ``baseline`` in exactly those fields. Finished runs (their ``medgrpo_run.json`` and
-``metrics.json`` exist) are reused, so an interrupted ablation continues where it stopped. The table gives mean +- std
-over seeds and, per metric, the difference to ``baseline`` with its standard error; a difference smaller than two
-standard errors is marked as inside the noise.
+``metrics.json`` exist) are reused, so an interrupted ablation continues where it stopped (``--finished-only``
+tabulates the finished ones without training). The table gives mean +- std over seeds and, per metric, the change
+over ``baseline``: for accuracy, consistency, evidence and Acc@0.5 paired record by record with the same seed's
+baseline run and pooled over seeds, with its 95% interval; for rollouts and time the difference of the means with its
+standard error.
 """
 
 from __future__ import annotations
@@ -129,8 +131,35 @@ def _mean_std(values: list[float | None]) -> tuple[float | None, float | None, i
     return mean, std, len(kept)
 
 
-def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per variant and metric: mean, std over seeds, and the difference to baseline with its standard error."""
+PAIRED = ("accuracy", "consistency", "evidence", "grounding_acc50")
+"""Metrics compared with the baseline record by record (same seed, same held-out records)."""
+
+
+def paired_changes(evals: dict[str, dict[int, Path]]) -> dict[str, dict[str, Any]]:
+    """Per variant and :data:`PAIRED` metric: its change over ``baseline`` on the records both scored, paired per
+    seed (a percentile bootstrap over records) and pooled over the seeds both finished
+    (:func:`medgrpo.demo.pool_changes`). ``evals``: variant -> seed -> evaluation folder."""
+    from medgrpo.demo import pool_changes
+    from medgrpo.eval.report import paired_deltas
+
+    base = evals.get("baseline", {})
+    changes: dict[str, dict[str, Any]] = {}
+    for variant, seeds in evals.items():
+        per_seed = []
+        for seed in sorted(seeds.keys() & base.keys()):
+            rows = {r["metric"]: r for r in paired_deltas(base[seed], seeds[seed], n_boot=1000)}
+            per_seed.append({m: rows[m] for m in PAIRED if m in rows})
+        if variant != "baseline" and per_seed and all(set(c) == set(per_seed[0]) for c in per_seed):
+            changes[variant] = pool_changes(per_seed)
+    return changes
+
+
+def summarise(results: dict[str, list[dict[str, Any]]],
+              paired: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Per variant and metric: mean and std over seeds; against baseline, the paired change of ``paired`` (its
+    95% interval; inside the noise when it holds 0) or, for a metric not compared record by record (rollouts,
+    time), the difference of the means with its standard error (inside the noise within two of them)."""
+    paired = paired or {}
     table: dict[str, Any] = {}
     for variant, runs in results.items():
         row: dict[str, Any] = {}
@@ -145,6 +174,11 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 b = base[name]
                 if variant == "baseline" or cell["mean"] is None or b["mean"] is None:
                     continue
+                change = paired.get(variant, {}).get(name)
+                if change is not None:
+                    cell.update(delta=change["delta"], ci_low=change["ci_low"], ci_high=change["ci_high"],
+                                inside_noise=change["ci_low"] <= 0.0 <= change["ci_high"])
+                    continue
                 se = math.sqrt(cell["std"] ** 2 / max(cell["n"], 1) + b["std"] ** 2 / max(b["n"], 1))
                 delta = cell["mean"] - b["mean"]
                 cell.update(delta=delta, delta_se=se, inside_noise=abs(delta) < 2 * se or se == 0.0 and delta == 0)
@@ -158,7 +192,8 @@ def _cell(cell: dict[str, Any], pct: bool) -> str:
     text = f"{cell['mean'] * scale:.1f} ± {cell['std'] * scale:.1f}"
     if "delta" in cell:
         mark = "" if cell["inside_noise"] else " *"
-        text += f" ({cell['delta'] * scale:+.1f}{mark})"
+        interval = (f" [{cell['ci_low'] * scale:+.1f}, {cell['ci_high'] * scale:+.1f}]" if "ci_low" in cell else "")
+        text += f" ({cell['delta'] * scale:+.1f}{interval}{mark})"
     return text
 
 
@@ -166,7 +201,8 @@ def render_markdown(table: dict[str, Any], header: dict[str, Any]) -> str:
     cols = [("accuracy", True), ("consistency", True), ("evidence", True), ("grounding_iou", True),
             ("grounding_acc50", True), ("format_failure_rate", True), ("rollouts", False), ("train_seconds", False)]
     lines = [
-        f"# Con-GRPO variant ablation ({header['seeds']} seeds, {header['max_steps']} GRPO steps per run)",
+        f"# Con-GRPO variant ablation ({header['seeds']} seeds, {header['max_steps'] or 'the recipe'} GRPO steps "
+        "per run)",
         "",
         f"Model: `{header['sft']}` (SFT checkpoint, shared by every run). Data: `{header['dataset']}`; evaluation: "
         f"greedy, held-out `test` split, {header['eval_limit'] or 'all'} records. Command:",
@@ -175,8 +211,10 @@ def render_markdown(table: dict[str, Any], header: dict[str, Any]) -> str:
         header["command"],
         "```",
         "",
-        "Cells: mean ± std over seeds (metrics in %), then (difference to baseline); `*` marks a difference larger "
-        "than two standard errors of the difference; without `*` it is inside the seed noise.",
+        "Cells: mean ± std over seeds (metrics in %), then (change over baseline): for accuracy, consistency, "
+        "evidence and Acc@0.5 paired record by record with each seed's baseline run, pooled over seeds, with its "
+        "95% interval; for the others the difference of the means. `*` marks a change beyond the noise (an "
+        "interval without 0; for the others, more than two standard errors).",
         "",
         "| variant | fields | " + " | ".join(name for name, _ in cols) + " |",
         "|---|---|" + "---|" * len(cols),
@@ -215,10 +253,18 @@ def plot_curves(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     tmp.replace(path)
 
 
+def _finished(run_dir: Path) -> bool:
+    from medgrpo.models.loading import RUN_INFO
+
+    return all(path.is_file() for path in (run_dir / RUN_INFO, run_dir / "ablate_train.json",
+                                            run_dir / "eval" / "metrics.json"))
+
+
 def run_ablation(config: str, sft: str, dataset: str, variants: list[str], seeds: int, out: Path,
                  max_steps: int | None = None, eval_limit: int | None = None, max_new_tokens: int | None = None,
-                 extra: list[str] | None = None, command: str = "") -> dict[str, Any]:
-    """Train and evaluate every (variant, seed); write ``ablation.md``, ``ablation.json``, ``learning_curves.png``."""
+                 extra: list[str] | None = None, command: str = "", finished_only: bool = False) -> dict[str, Any]:
+    """Train and evaluate every (variant, seed); write ``ablation.md``, ``ablation.json``, ``learning_curves.png``.
+    ``finished_only``: train nothing, tabulate the runs that finished (an ablation still under way, or stopped)."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise AblationError(f"unknown variant '{unknown[0]}' (available: {', '.join(VARIANTS)})")
@@ -229,16 +275,21 @@ def run_ablation(config: str, sft: str, dataset: str, variants: list[str], seeds
         raise AblationError(f"--seeds must be at least 1, got {seeds}")
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in variants}
+    evals: dict[str, dict[int, Path]] = {variant: {} for variant in variants}
     # Seed-major: an ablation stopped part-way has every variant at the same number of seeds.
     for seed in range(seeds):
         for variant in variants:
             run_dir = out / "runs" / variant / f"seed{seed}"
+            if finished_only and not _finished(run_dir):
+                continue
             argv = variant_argv(variant, config, sft, dataset, run_dir, seed, max_steps, extra or [])
             print(f"medgrpo ablate: {variant} seed {seed}", file=sys.stderr, flush=True)
             figures = train_run(argv, run_dir)
             figures.update(eval_run(run_dir, dataset, run_dir / "eval", eval_limit, max_new_tokens))
             results[variant].append(figures)
-    table = summarise(results)
+            evals[variant][seed] = run_dir / "eval"
+    results = {variant: runs for variant, runs in results.items() if runs}
+    table = summarise(results, paired_changes({v: e for v, e in evals.items() if e}))
     header = {"config": config, "sft": sft, "dataset": dataset, "seeds": seeds, "max_steps": max_steps,
               "eval_limit": eval_limit, "command": command, "variants": {v: VARIANTS[v] for v in variants}}
     _write_atomic(out / "ablation.json", json.dumps({"header": header, "table": table, "runs": results}, indent=2))
@@ -258,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, default=None, help="GRPO steps per run (default: the recipe's)")
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N test records")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="evaluation generation limit")
+    parser.add_argument("--finished-only", action="store_true",
+                        help="train nothing: tabulate the runs that finished (an ablation under way or stopped)")
     parser.add_argument("extra", nargs=argparse.REMAINDER,
                         help="after --: further ConGRPOConfig flags applied to every run (e.g. -- --num_generations 4)")
     return parser
@@ -269,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "medgrpo ablate " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         run_ablation(args.config, args.sft, args.dataset, [v for v in args.variants.split(",") if v], args.seeds,
-                     Path(args.out), args.max_steps, args.eval_limit, args.max_new_tokens, extra, command)
+                     Path(args.out), args.max_steps, args.eval_limit, args.max_new_tokens, extra, command,
+                     args.finished_only)
     except (ValueError, FileNotFoundError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"medgrpo: {message}", file=sys.stderr)
