@@ -181,7 +181,9 @@ def summarise(results: dict[str, list[dict[str, Any]]],
                     continue
                 se = math.sqrt(cell["std"] ** 2 / max(cell["n"], 1) + b["std"] ** 2 / max(b["n"], 1))
                 delta = cell["mean"] - b["mean"]
-                cell.update(delta=delta, delta_se=se, inside_noise=abs(delta) < 2 * se or se == 0.0 and delta == 0)
+                # one seed has no spread to judge a difference by: reported, not judged (None)
+                noise = abs(delta) < 2 * se or se == 0.0 and delta == 0 if min(cell["n"], b["n"]) > 1 else None
+                cell.update(delta=delta, delta_se=se, inside_noise=noise)
     return table
 
 
@@ -191,7 +193,7 @@ def _cell(cell: dict[str, Any], pct: bool) -> str:
     scale = 100.0 if pct else 1.0
     text = f"{cell['mean'] * scale:.1f} ± {cell['std'] * scale:.1f}"
     if "delta" in cell:
-        mark = "" if cell["inside_noise"] else " *"
+        mark = " *" if cell["inside_noise"] is False else ""
         interval = (f" [{cell['ci_low'] * scale:+.1f}, {cell['ci_high'] * scale:+.1f}]" if "ci_low" in cell else "")
         text += f" ({cell['delta'] * scale:+.1f}{interval}{mark})"
     return text
@@ -200,9 +202,9 @@ def _cell(cell: dict[str, Any], pct: bool) -> str:
 def render_markdown(table: dict[str, Any], header: dict[str, Any]) -> str:
     cols = [("accuracy", True), ("consistency", True), ("evidence", True), ("grounding_iou", True),
             ("grounding_acc50", True), ("format_failure_rate", True), ("rollouts", False), ("train_seconds", False)]
+    steps = f"{header['max_steps']} GRPO steps" if header["max_steps"] else "the recipe's GRPO steps"
     lines = [
-        f"# Con-GRPO variant ablation ({header['seeds']} seeds, {header['max_steps'] or 'the recipe'} GRPO steps "
-        "per run)",
+        f"# Con-GRPO variant ablation ({header['seeds']} seeds, {steps} per run)",
         "",
         f"Model: `{header['sft']}` (SFT checkpoint, shared by every run). Data: `{header['dataset']}`; evaluation: "
         f"greedy, held-out `test` split, {header['eval_limit'] or 'all'} records. Command:",
@@ -214,7 +216,8 @@ def render_markdown(table: dict[str, Any], header: dict[str, Any]) -> str:
         "Cells: mean ± std over seeds (metrics in %), then (change over baseline): for accuracy, consistency, "
         "evidence and Acc@0.5 paired record by record with each seed's baseline run, pooled over seeds, with its "
         "95% interval; for the others the difference of the means. `*` marks a change beyond the noise (an "
-        "interval without 0; for the others, more than two standard errors).",
+        "interval without 0; for the others, more than two standard errors, judged from two seeds on). Seeds "
+        "finished per variant: the `n` of each cell in `ablation.json`.",
         "",
         "| variant | fields | " + " | ".join(name for name, _ in cols) + " |",
         "|---|---|" + "---|" * len(cols),
@@ -245,7 +248,8 @@ def plot_curves(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     axes[1].set_title("training accuracy reward, mean over seeds")
     for ax in axes:
         ax.set_xlabel("GRPO step")
-    axes[1].legend(fontsize=7, ncol=2)
+    if results:
+        axes[1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)
