@@ -118,9 +118,10 @@ def rule_stack_seconds(records, frames, texts, rows, batch: int) -> tuple[float,
     return first, rest
 
 
-def bench_rule_stack(records, frames, n: int, batch: int, repeats: int) -> float:
+def bench_rule_stack(records, frames, n: int, batch: int, repeats: int) -> dict[bool, float]:
     """Completions/s of the rule stack, sentences shared and every sentence new, ``repeats`` cold runs of each
-    interleaved; prints the median and the best run. Returns the median CPU seconds per completion (shared)."""
+    interleaved; prints the median and the best run. Returns the median CPU seconds per completion, keyed by
+    ``novel`` (False: sentences shared as in a GRPO group; True: every sentence new)."""
     cases = {novel: completions_for(records, frames, n, novel=novel) for novel in (False, True)}
     runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     for _ in range(repeats):
@@ -137,7 +138,7 @@ def bench_rule_stack(records, frames, n: int, batch: int, repeats: int) -> float
         middle = sorted(times, key=sum)[len(times) // 2]
         print(f"{'  first reward of a batch (parse + all verifiers)':<52} {middle[0] / n * 1e6:>32.0f} us each")
         print(f"{'  the four other rewards (cache hits)':<52} {middle[1] / n * 1e6:>32.0f} us each")
-    return sorted(first + rest for first, rest in runs[False])[repeats // 2] / n
+    return {novel: sorted(first + rest for first, rest in times)[repeats // 2] / n for novel, times in runs.items()}
 
 
 def describe(records, frames, n: int) -> None:
@@ -272,7 +273,7 @@ def main() -> None:
     records = load_records(synth, split="train")
     grid = ImageGrid("abs", 28, 56 * 56, 112 * 112)
     frames = [grid.frame(128, 128) for _ in records]
-    per_completion = bench_rule_stack(records, frames, args.n, args.batch, args.repeats)
+    per_completion = bench_rule_stack(records, frames, args.n, args.batch, args.repeats)[False]
     describe(records, frames, args.n)  # after the timing: tokenizer threads would count in this process's CPU
     if not args.skip_step:
         bench_grpo_step(synth, records, per_completion, args.steps)
