@@ -44,7 +44,7 @@ from medgrpo.rewards.settings import CRITERIA, JudgeSettings, RewardSettingsErro
 
 logger = logging.getLogger(__name__)
 
-RUBRIC_VERSION = "medad-r1-evidence-v2"
+RUBRIC_VERSION = "medad-r1-evidence-v3"
 """Part of every cache key: change it whenever the rubric text changes."""
 
 RUBRIC = """You grade the diagnostic reasoning of a medical imaging assistant. Score each criterion from 0
@@ -59,13 +59,16 @@ Criteria:
 - question_relevance: the reasoning addresses what the question asks, not something else.
 - answer_support: the reasoning's final conclusion leads to the chosen answer. Find that conclusion like this:
   - Yes/No question: the polarity the reasoning asserts for the question's own subject decides, not any
-    negation in the text; pertinent negatives about other things ("no effusion") do not deny the finding.
+    negation in the text; pertinent negatives about other things ("no effusion") do not deny the finding. A
+    question asking a property is answered by its opposite too: "melanoma" answers "Is the lesion benign?"
+    with No, "malpositioned ETT" answers "Is the tube correctly positioned?" with No.
   - An option mentioned only to be rejected ("argues against X", "although X could be considered") is not
     the conclusion.
   - After a change of mind ("initially X ... on reflection, Y"), the last committed conclusion wins.
   - Option-by-option elimination concludes the option left standing.
   - A hedge across options ("A or C") does not support one chosen answer fully: score it lower than a
-    committed conclusion.
+    committed conclusion. Reasoning that says it cannot separate the options ("either A or C; I can't tell
+    them apart") has concluded nothing.
 - no_hallucination: 1 when the reasoning claims nothing the reference findings contradict or lack (a lesion
   on a normal image, the wrong side, another modality), lower for each such claim.
 - no_contradiction: 1 when the reasoning never contradicts itself or the chosen answer. Not contradictions:
