@@ -360,3 +360,13 @@ def test_ablation_variant_fields_win_over_flags_given_to_every_run(tmp_path):
     argv = variant_argv("baseline", recipe, "m", "d", tmp_path, 0, None,
                         ["--golden_injection", "false"])
     assert parse_args((DataArguments, ConGRPOConfig, MedModelConfig), argv, "test")[1].golden_injection is False
+
+
+def test_scope_rl_stops_when_its_clamp_would_move_the_recipes_temperature(tmp_path):
+    from medgrpo.train.con_grpo_config import ConGRPOConfig
+
+    with pytest.raises(ValueError, match="outside scope_temperature_range"):
+        ConGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, scope_coef=0.05, temperature=0.5)
+    config = ConGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, scope_coef=0.05, temperature=0.5,
+                           scope_temperature_range=[0.35, 0.75])
+    assert config.scope_temperature_range == [0.35, 0.75]

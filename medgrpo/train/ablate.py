@@ -39,7 +39,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "dapo_resample": {"dynamic_sampling_tries": 2},
     "dapo_skip": {"dynamic_sampling_tries": 2, "skip_zero_variance": True},
     "tic": {"trajectory_ratio": True},
-    "scope": {"scope_coef": 0.05},
+    "scope": {"scope_coef": 0.05, "scope_temperature_range": [0.35, 0.75]},  # 0.7x-1.5x the tiny recipe's 0.5
     "care": {"care_bonus": 0.5},
 }
 """Variant name -> ConGRPOConfig fields it changes relative to the recipe."""

@@ -90,7 +90,11 @@ class GRPOVariantsMixin:
             The mean token entropy band; below it the sampling temperature rises by ``scope_temperature_rate``,
             above it falls.
         scope_temperature_rate (`float`, defaults to `0.05`), scope_temperature_range (`list[float]`, defaults to
-            `[0.7, 1.5]`): the temperature's relative step and clamp.
+            `[0.7, 1.5]`): the temperature's relative step and its absolute clamp, which must hold ``temperature``
+            (checked: the first update would otherwise move the recipe's temperature into it). Both the band and
+            the clamp are absolute: on a small policy whose token entropy sits below the band (the demo model's
+            0.1-0.2) the temperature climbs to the clamp's top; in the seed-0 ablation run from the demo's SFT
+            model at [0.7, 1.5] sampling reached 1.5 and the format reward collapsed to 0 within 30 steps.
         care_bonus (`float`, defaults to `0.0`):
             GRPO-CARE (2025): an extra reward ``care_bonus * accuracy`` for correct completions whose answer tokens an
             EMA copy of the policy finds at least as likely, given the completion's own reasoning, as their group's
@@ -185,6 +189,13 @@ class GRPOVariantsMixin:
             if unhonoured:
                 raise ValueError(f"trajectory_ratio (TIC-GRPO) computes its own ratio and cannot honour "
                                  f"{unhonoured[0]}: change that setting or drop trajectory_ratio")
+        low, high = self.scope_temperature_range
+        if self.scope_coef > 0 and not low <= self.temperature <= high:
+            # the controller clamps to the range at its first update: the recipe's temperature would be
+            # overridden silently (0.5 -> 0.7 at once, then up to 1.5 on a low-entropy policy)
+            raise ValueError(f"scope_coef (SCOPE-RL): temperature {self.temperature} lies outside "
+                             f"scope_temperature_range [{low}, {high}]; set a range around it (e.g. "
+                             f"[{0.7 * self.temperature:.2f}, {1.5 * self.temperature:.2f}])")
         if self.scope_coef > 0 and self.use_vllm:
             raise ValueError("scope_coef (SCOPE-RL) steers the sampling temperature of transformers generation: "
                              "set use_vllm=false")
