@@ -27,8 +27,9 @@ offer ("therefore CT, so the answer is B (CT)" when B reads dermoscopy): 0.0 (co
 denies the answer's content and never asserts it ("not an MRI ... so the answer is B (MRI)"), states both
 polarities, or only the polarity opposite to the answer's: 0.0; no conclusion the reader can find:
 :data:`NO_CONCLUSION` (the midpoint, never below a hedge); no reasoning, or no valid answer: 0.0. Open-ended
-records: the free-text answer (its lexicon concepts, its words, or for a yes/no question its stance) must be
-asserted by the reasoning; denied: 0.0.
+records: the free-text answer (its lexicon concepts when they say it whole, else its words, in order or not, read
+as the reasoning is read; for a yes/no question its stance) must be asserted by the reasoning, and not only before
+a later concluding sentence or a "cannot decide"; denied: 0.0.
 
 :func:`reasoning_accuracy` asks instead whether the reasoning's conclusion is the gold answer. Consistency can
 rise by bending the reasoning to a wrong answer as well as by fixing the answer; the two side by side tell which.
@@ -102,7 +103,9 @@ def stance(sentence: Sentence, yes_no: YesNo) -> str:
     * a generic abnormality ("is there a lesion?"): the whole image's polarity;
     * a side or place ("is the lesion on the left?"), a modality ("is this a CT?"), an anatomy ("does it show
       the liver?"): asserting it says yes; asserting another of its kind, or denying it, says no;
-    * words the lexicon does not know ("is there mediastinal shift?"): asserted or denied (:func:`mention`).
+    * words the lexicon does not know ("is there mediastinal shift?"): asserted or denied (:func:`mention`);
+    * a predicate of :data:`~medgrpo.rewards.facts.PREDICATES` ("is the lesion benign?"): its words say yes,
+      its opposite's say no ("... melanoma").
     """
     if sentence.says:
         return sentence.says
