@@ -393,13 +393,11 @@ def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
     concepts = read(answer).asserted
     if concepts and concepts <= reading.denied and not concepts <= reading.asserted:
         return _CONTRADICT
-    # the answer's words as the reasoning's are read: "AP" and "anteroposterior" alike, British as American
-    pattern = _answer_pattern(" ".join(normalize_answer(normalize_text(answer))))
     if said_by_concepts(answer, concepts):  # its concepts say all it says: read through the lexicon
         said = [1 if concepts <= s.asserted else 0 for s in reading.sentences]
     else:  # "left pulmonary artery" is more than {left, chest}: its words must be written
-        words = _content_words(answer)
-        said = [mention(s, pattern) or _all_words(s, words) for s in reading.sentences]
+        pattern, singles = _answer_words(answer)
+        said = [mention(s, pattern) or _all_words(s, singles) for s in reading.sentences]
     if 1 in said:
         # the answer named only before a concluding sentence that names it not ("... just above the pulmonary
         # artery. Therefore, the aortic knuckle."), or before the reasoning says it cannot decide: not its
@@ -412,10 +410,13 @@ def _open_verdict(reading: Reading, facts: RecordFacts, answer: str) -> Verdict:
 
 
 @lru_cache(maxsize=1 << 12)
-def _content_words(answer: str) -> tuple[re.Pattern[str], ...]:
-    """Each content word of a free-text answer of two or more of them, as its own pattern."""
-    words = [w for w in normalize_answer(normalize_text(answer)) if len(w) > 2 and w not in ("and", "the", "with")]
-    return tuple(p for p in map(word_pattern, ([w] for w in words)) if p is not None) if len(words) > 1 else ()
+def _answer_words(answer: str) -> tuple[re.Pattern[str], tuple[re.Pattern[str], ...]]:
+    """A free-text answer read as the reasoning is ("AP" and "anteroposterior" alike, British as American): its
+    words in order as one pattern, and, for two content words or more, each as its own pattern."""
+    words = normalize_answer(normalize_text(answer)) or normalize_answer(answer)
+    content = [w for w in words if len(w) > 2 and w not in ("and", "the", "with")]
+    singles = tuple(p for p in (word_pattern([w]) for w in content) if p is not None) if len(content) > 1 else ()
+    return word_pattern(words), singles
 
 
 def _all_words(sentence: Sentence, words: tuple[re.Pattern[str], ...]) -> int:
@@ -425,12 +426,6 @@ def _all_words(sentence: Sentence, words: tuple[re.Pattern[str], ...]) -> int:
         return 0
     said = [mention(sentence, w) for w in words]
     return 0 if 0 in said else (-1 if -1 in said else 1)
-
-
-@lru_cache(maxsize=1 << 12)
-def _answer_pattern(words: str) -> re.Pattern[str]:
-    """A free-text answer's words as a pattern (plurals allowed)."""
-    return word_pattern(words.split())
 
 
 def consistency_verdict(

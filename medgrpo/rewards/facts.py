@@ -122,13 +122,12 @@ def _keys(words: tuple[str, ...], others: tuple[tuple[str, ...], ...], asked: fr
     return re.compile(r"(?<![\w])(?:" + "|".join(re.escape(w) for w in own) + r")(?![\w])")
 
 
+_BENIGN = ("benign", "non malignant", "nonmalignant")
+_MALIGNANT = ("malignant", "malignancy", "cancer", "carcinoma", "adenocarcinoma", "sarcoma", "melanoma", "lymphoma",
+              "leukemia", "metastasis", "metastases", "metastatic", "mesothelioma", "glioblastoma", "myeloma")
 PREDICATES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "benign": (("benign", "non malignant", "nonmalignant"), ("malignant", "malignancy", "cancer", "carcinoma",
-               "adenocarcinoma", "sarcoma", "melanoma", "lymphoma", "leukemia", "metastasis", "metastases",
-               "metastatic", "mesothelioma", "glioblastoma", "myeloma")),
-    "malignant": (("malignant", "malignancy", "cancer", "carcinoma", "adenocarcinoma", "sarcoma", "melanoma",
-                   "lymphoma", "leukemia", "metastasis", "metastases", "metastatic", "mesothelioma", "glioblastoma",
-                   "myeloma"), ("benign", "non malignant", "nonmalignant")),
+    "benign": (_BENIGN, _MALIGNANT),
+    "malignant": (_MALIGNANT, _BENIGN),
     "preserved": (("preserved", "maintained", "intact"), ("lost", "loss of", "effaced", "effacement", "obliterated",
                   "blunted", "disrupted", "distorted")),
     "intact": (("intact", "continuous"), ("disrupted", "disruption", "torn", "tear", "ruptured", "rupture",

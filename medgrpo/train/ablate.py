@@ -81,14 +81,20 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _trained(run_dir: Path) -> bool:
+    """The run finished training (its checkpoint's run record and the ablation's training summary exist)."""
+    from medgrpo.models.loading import RUN_INFO
+
+    return (run_dir / RUN_INFO).is_file() and (run_dir / "ablate_train.json").is_file()
+
+
 def train_run(argv: list[str], out: Path) -> dict[str, Any]:
     """Train one variant/seed unless it already finished; returns its training log figures."""
-    from medgrpo.models.loading import RUN_INFO
     from medgrpo.train.con_grpo import train_con_grpo
     from medgrpo.train.run import parse_args
 
     summary_path = out / "ablate_train.json"
-    if (out / RUN_INFO).is_file() and summary_path.is_file():
+    if _trained(out):
         return json.loads(summary_path.read_text())
     from medgrpo.train.args import DataArguments, MedModelConfig
     from medgrpo.train.con_grpo_config import ConGRPOConfig
@@ -257,13 +263,6 @@ def plot_curves(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     tmp.replace(path)
 
 
-def _finished(run_dir: Path) -> bool:
-    from medgrpo.models.loading import RUN_INFO
-
-    return all(path.is_file() for path in (run_dir / RUN_INFO, run_dir / "ablate_train.json",
-                                            run_dir / "eval" / "metrics.json"))
-
-
 def run_ablation(config: str, sft: str, dataset: str, variants: list[str], seeds: int, out: Path,
                  max_steps: int | None = None, eval_limit: int | None = None, max_new_tokens: int | None = None,
                  extra: list[str] | None = None, command: str = "", finished_only: bool = False) -> dict[str, Any]:
@@ -284,7 +283,7 @@ def run_ablation(config: str, sft: str, dataset: str, variants: list[str], seeds
     for seed in range(seeds):
         for variant in variants:
             run_dir = out / "runs" / variant / f"seed{seed}"
-            if finished_only and not _finished(run_dir):
+            if finished_only and not (_trained(run_dir) and (run_dir / "eval" / "metrics.json").is_file()):
                 continue
             argv = variant_argv(variant, config, sft, dataset, run_dir, seed, max_steps, extra or [])
             print(f"medgrpo ablate: {variant} seed {seed}", file=sys.stderr, flush=True)
